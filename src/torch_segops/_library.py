@@ -1,0 +1,67 @@
+"""Locate and load the compiled library, and read what it was built as.
+
+The library is a plain shared object (no CPython API) registered with the torch dispatcher through
+the LibTorch stable ABI, so one binary serves every Python >= 3.10 and every torch >= its target.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+from functools import lru_cache
+
+import torch
+
+LIBRARY_ENV = "TORCH_SEGOPS_LIBRARY"
+
+
+class LibraryLoadError(ImportError):
+    """The compiled part of torch_segops could not be found or loaded."""
+
+
+def library_path() -> str:
+    """Path of the compiled library (``$TORCH_SEGOPS_LIBRARY`` overrides the search)."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        return override
+    # find_spec also resolves scikit-build-core editable installs, where the .so lives outside src/.
+    spec = importlib.util.find_spec("torch_segops._C")
+    if spec is not None and spec.origin and os.path.exists(spec.origin):
+        return spec.origin
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_C.so")
+
+
+@lru_cache(maxsize=None)
+def load() -> str:
+    """Load the library into torch's dispatcher once; returns its path."""
+    path = library_path()
+    if not os.path.exists(path):
+        raise LibraryLoadError(
+            f"torch_segops: compiled library not found at {path}. The package was not built; "
+            "reinstall it (pip install --no-build-isolation .) and run `python -m torch_segops.doctor`."
+        )
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:
+        raise LibraryLoadError(
+            f"torch_segops: loading {path} failed with torch {torch.__version__}: {e}\n"
+            "This usually means the binary does not match this torch (or a CUDA build on a machine "
+            "without the CUDA runtime). Run `python -m torch_segops.doctor` for the concrete fix."
+        ) from e
+    return path
+
+
+@lru_cache(maxsize=None)
+def build_info() -> dict:
+    """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs."""
+    lib = ctypes.CDLL(load())
+    fn = lib.torch_segops_build_info
+    fn.restype = ctypes.c_char_p
+    info = json.loads(fn().decode())
+    archs = info.get("cuda_archs") or ""
+    info["cuda_archs"] = [a for a in archs.replace(",", ";").split(";") if a]
+    info["cuda_version"] = info.get("cuda_version") or None
+    info["library"] = load()
+    return info
