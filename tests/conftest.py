@@ -1,0 +1,50 @@
+"""Shared pytest setup for the torch_segops tests.
+
+- Hypothesis profiles: "default" keeps every property test modest (the whole CPU suite runs in a few
+  minutes on 2 cores); "thorough" (HYPOTHESIS_PROFILE=thorough) runs 10x more examples.
+- Every test starts from a fixed torch seed and the process's thread count is restored afterwards
+  (the determinism tests change it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `import reference` from any rootdir
+
+_COMMON = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=False,
+    print_blob=True,
+)
+settings.register_profile("default", max_examples=60, **_COMMON)
+settings.register_profile("thorough", max_examples=600, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_threads():
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def pytest_report_header(config):
+    lines = [f"torch {torch.__version__}, {torch.get_num_threads()} threads, cuda available: {torch.cuda.is_available()}"]
+    try:
+        import torch_segops
+
+        info = torch_segops.build_info()
+        lines.append(f"torch_segops {torch_segops.__version__} variant={info.get('variant')} library={info.get('library')}")
+    except Exception as e:  # the tests themselves will fail loudly; the header only reports
+        lines.append(f"torch_segops not importable: {type(e).__name__}: {e}")
+    return lines

@@ -1,0 +1,222 @@
+"""Bad input raises a clear exception naming the offending argument, for every op.
+
+Device mismatch needs a second real device: it is tested in test_cuda.py (and skipped here with a
+reason when no GPU is present); `out` on the wrong device is tested here with the meta device.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_segops as so
+
+ERRORS = (TypeError, ValueError, RuntimeError)
+_ops = torch.ops.torch_segops
+
+# Every reduction-style entry point: (name, fn(src, indptr)), all reducing along dim indptr.dim() - 1.
+REDUCERS = {
+    "segment_csr_sum": lambda s, i: so.segment_csr(s, i, reduce="sum"),
+    "segment_csr_mean": lambda s, i: so.segment_csr(s, i, reduce="mean"),
+    "segment_csr_min": lambda s, i: so.segment_csr(s, i, reduce="min"),
+    "segment_csr_max": lambda s, i: so.segment_csr(s, i, reduce="max"),
+    "segment_sum_csr": so.segment_sum_csr,
+    "segment_add_csr": so.segment_add_csr,
+    "segment_mean_csr": so.segment_mean_csr,
+    "segment_min_csr": so.segment_min_csr,
+    "segment_max_csr": so.segment_max_csr,
+    "segment_logsumexp_csr": so.segment_logsumexp_csr,
+    "segment_softmax_csr": so.segment_softmax_csr,
+    "op_segment_reduce_sum": lambda s, i: _ops.segment_reduce(s, i, "sum"),
+    "op_segment_reduce_max": lambda s, i: _ops.segment_reduce(s, i, "max"),
+    "op_segment_reduce_logsumexp": lambda s, i: _ops.segment_reduce(s, i, "logsumexp"),
+    "op_segment_softmax": _ops.segment_softmax,
+}
+FLOAT_ONLY = {"segment_csr_mean", "segment_mean_csr", "segment_logsumexp_csr", "segment_softmax_csr",
+              "op_segment_reduce_logsumexp", "op_segment_softmax"}
+
+# gather: src has one row per segment; fn(src, indptr)
+GATHERS = {
+    "gather_csr": so.gather_csr,
+    "gather_csr_size": lambda s, i: so.gather_csr(s, i, size=10),
+    "op_gather_csr": lambda s, i: _ops.gather_csr(s, i, -1),
+}
+
+
+def src6():
+    return torch.randn(6, 2)
+
+
+# (id, indptr, match) for bad indptr against src6() (reduction along dim 0 of a (6, 2) src)
+BAD_INDPTR = [
+    ("float_dtype", torch.tensor([0.0, 2.0, 6.0]), "indptr"),
+    ("int16_dtype", torch.tensor([0, 2, 6], dtype=torch.int16), "indptr"),
+    ("bool_dtype", torch.tensor([False, True]), "indptr"),
+    ("zero_dim", torch.tensor(3), "indptr"),
+    ("empty_last_dim", torch.zeros(0, dtype=torch.long), "indptr"),
+    ("non_monotonic", torch.tensor([0, 4, 2, 6]), "indptr"),
+    ("non_monotonic_at_end", torch.tensor([0, 2, 6, 5]), "indptr"),
+    ("negative_start", torch.tensor([-1, 2, 6]), "indptr"),
+    ("end_past_src", torch.tensor([0, 2, 7]), "indptr"),
+    ("end_far_past_src", torch.tensor([0, 2, 1 << 40]), "indptr"),
+    ("more_dims_than_src", torch.tensor([[[0, 2, 6]]]), "indptr"),
+    ("leading_dim_mismatch", torch.tensor([[0, 1], [0, 2], [0, 1]]), "indptr"),  # src (6, 2): dim0 6 vs 3
+]
+
+
+@pytest.mark.parametrize("bad_id,indptr,match", BAD_INDPTR, ids=[b[0] for b in BAD_INDPTR])
+@pytest.mark.parametrize("fn", list(REDUCERS), ids=list(REDUCERS))
+def test_bad_indptr(fn, bad_id, indptr, match):
+    with pytest.raises(ERRORS, match=match):
+        REDUCERS[fn](src6(), indptr)
+
+
+def test_non_monotonic_in_a_later_batch_row():
+    src = torch.randn(3, 6)
+    indptr = torch.tensor([[0, 2, 6], [0, 2, 6], [0, 3, 1]])
+    for name, fn in REDUCERS.items():
+        with pytest.raises(ERRORS, match="indptr"):
+            fn(src, indptr)
+    with pytest.raises(ERRORS, match="indptr"):
+        so.gather_csr(torch.randn(3, 2), indptr)
+
+
+def test_batch_rows_checked_against_their_own_end():
+    src = torch.randn(2, 6)
+    indptr = torch.tensor([[0, 2, 6], [0, 3, 7]])  # second row ends past src.size(1)
+    for name, fn in REDUCERS.items():
+        with pytest.raises(ERRORS, match="indptr"):
+            fn(src, indptr)
+
+
+@pytest.mark.parametrize("bad_id,indptr", [
+    ("float_dtype", torch.tensor([0.0, 2.0, 6.0])),
+    ("zero_dim", torch.tensor(2)),
+    ("non_monotonic", torch.tensor([0, 4, 2])),
+    ("negative_start", torch.tensor([-2, 2, 6])),
+    ("more_dims_than_src", torch.tensor([[[0, 2, 6]]])),
+], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize("fn", list(GATHERS), ids=list(GATHERS))
+def test_gather_bad_indptr(fn, bad_id, indptr):
+    with pytest.raises(ERRORS, match="indptr"):
+        GATHERS[fn](torch.randn(2, 3), indptr)
+
+
+@pytest.mark.parametrize("fn", list(GATHERS), ids=list(GATHERS))
+@pytest.mark.parametrize("n_src_rows", [2, 4])
+def test_gather_src_rows_must_equal_segments(fn, n_src_rows):
+    indptr = torch.tensor([0, 2, 5, 6])  # 3 segments
+    with pytest.raises(ERRORS, match="src"):
+        GATHERS[fn](torch.randn(n_src_rows, 2), indptr)
+
+
+def test_gather_leading_dim_mismatch():
+    with pytest.raises(ERRORS, match="indptr"):
+        so.gather_csr(torch.randn(3, 2, 4), torch.tensor([[0, 1, 2], [0, 2, 2]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.bool, torch.int8, torch.uint8, torch.int16], ids=str)
+@pytest.mark.parametrize("fn", list(REDUCERS) + list(GATHERS))
+def test_unsupported_src_dtype(fn, dtype):
+    call = REDUCERS.get(fn) or GATHERS[fn]
+    rows = 2 if fn in GATHERS else 6
+    src = torch.ones(rows, 2).to(dtype)
+    with pytest.raises(ERRORS, match="src"):
+        call(src, torch.tensor([0, 2, 6]))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("fn", sorted(FLOAT_ONLY))
+def test_integer_src_for_float_only_ops(fn, dtype):
+    with pytest.raises(ERRORS, match="src"):
+        REDUCERS[fn](torch.ones(6, 2, dtype=dtype), torch.tensor([0, 2, 6]))
+
+
+@pytest.mark.parametrize("reduce", ["prod", "SUM", "", "logsumexp", "mul"])
+def test_unknown_reduce(reduce):
+    # logsumexp exists as a registered op reduce but not as a segment_csr reduce
+    with pytest.raises(ERRORS, match="reduce"):
+        so.segment_csr(src6(), torch.tensor([0, 2, 6]), reduce=reduce)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "", "softmax"])
+def test_unknown_reduce_registered_op(reduce):
+    with pytest.raises(ERRORS, match="reduce"):
+        _ops.segment_reduce(src6(), torch.tensor([0, 2, 6]), reduce)
+
+
+def test_non_tensor_arguments():
+    with pytest.raises(TypeError, match="src"):
+        so.segment_csr([1.0, 2.0], torch.tensor([0, 2]))
+    with pytest.raises(TypeError, match="indptr"):
+        so.segment_csr(torch.randn(2), [0, 2])
+    with pytest.raises(TypeError, match="indptr"):
+        so.gather_csr(torch.randn(1), [0, 2])
+
+
+# ---- out= -----------------------------------------------------------------------------------------
+
+OUT_FNS = {
+    "segment_csr_sum": lambda s, i, o: so.segment_csr(s, i, out=o, reduce="sum"),
+    "segment_csr_mean": lambda s, i, o: so.segment_csr(s, i, out=o, reduce="mean"),
+    "segment_csr_max": lambda s, i, o: so.segment_csr(s, i, out=o, reduce="max"),
+    "segment_sum_csr": lambda s, i, o: so.segment_sum_csr(s, i, out=o),
+    "segment_mean_csr": lambda s, i, o: so.segment_mean_csr(s, i, out=o),
+    "segment_min_csr": lambda s, i, o: so.segment_min_csr(s, i, out=o),
+    "segment_max_csr": lambda s, i, o: so.segment_max_csr(s, i, out=o),
+}
+# src (6, 2) with indptr [0, 2, 6]: result (2, 2) float32
+BAD_OUT = [
+    ("shape_rows", lambda: torch.zeros(3, 2)),
+    ("shape_features", lambda: torch.zeros(2, 3)),
+    ("shape_dims", lambda: torch.zeros(2, 2, 1)),
+    ("dtype_float64", lambda: torch.zeros(2, 2, dtype=torch.float64)),
+    ("dtype_int", lambda: torch.zeros(2, 2, dtype=torch.int64)),
+    ("device_meta", lambda: torch.zeros(2, 2, device="meta")),
+]
+
+
+@pytest.mark.parametrize("bad_id,make_out", BAD_OUT, ids=[b[0] for b in BAD_OUT])
+@pytest.mark.parametrize("fn", list(OUT_FNS))
+def test_bad_out(fn, bad_id, make_out):
+    out = make_out()
+    with pytest.raises(ERRORS, match="out"):
+        OUT_FNS[fn](src6(), torch.tensor([0, 2, 6]), out)
+
+
+@pytest.mark.parametrize("bad_id,make_out", [
+    ("shape_features", lambda: torch.zeros(6, 3)),
+    ("shape_dims", lambda: torch.zeros(6)),
+    ("dtype", lambda: torch.zeros(6, 2, dtype=torch.float64)),
+    ("device_meta", lambda: torch.zeros(6, 2, device="meta")),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_gather_bad_out(bad_id, make_out):
+    with pytest.raises(ERRORS, match="out|size"):
+        so.gather_csr(torch.randn(2, 2), torch.tensor([0, 2, 6]), out=make_out())
+
+
+def test_gather_bad_size():
+    with pytest.raises(ERRORS, match="size"):
+        so.gather_csr(torch.randn(2, 2), torch.tensor([0, 2, 6]), size=-3)
+    with pytest.raises(ERRORS, match="size"):
+        so.gather_csr(torch.randn(2, 2), torch.tensor([0, 2, 6]), out=torch.zeros(6, 2), size=7)
+
+
+def test_error_leaves_out_untouched():
+    out = torch.full((2, 2), 7.0)
+    with pytest.raises(ERRORS, match="indptr"):
+        so.segment_sum_csr(src6(), torch.tensor([0, 4, 2]), out=out)
+    assert bool((out == 7.0).all())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine (device mismatch needs two devices)")
+def test_device_mismatch():
+    src = torch.randn(6, 2, device="cuda")
+    for fn in REDUCERS.values():
+        with pytest.raises(ERRORS, match="indptr"):
+            fn(src, torch.tensor([0, 2, 6]))
+        with pytest.raises(ERRORS, match="indptr"):
+            fn(src.cpu(), torch.tensor([0, 2, 6], device="cuda"))
+    for fn in GATHERS.values():
+        with pytest.raises(ERRORS, match="indptr"):
+            fn(torch.randn(2, 2, device="cuda"), torch.tensor([0, 2, 6]))

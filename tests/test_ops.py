@@ -1,0 +1,402 @@
+"""Forward correctness of every torch_segops op against the plain-PyTorch reference (tests/reference.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference as R
+import torch_segops as so
+
+FLOAT_REDUCES = ("sum", "add", "mean", "min", "max")
+INT_REDUCES = ("sum", "add", "min", "max")
+NAMED = {
+    "sum": so.segment_sum_csr,
+    "add": so.segment_add_csr,
+    "mean": so.segment_mean_csr,
+    "min": so.segment_min_csr,
+    "max": so.segment_max_csr,
+}
+
+
+def check_segment(src, indptr, reduce, what=""):
+    """segment_csr and the named wrapper against the reference; returns the kernel output."""
+    before = src.clone()
+    expected, expected_arg = R.segment(src, indptr, reduce)
+    out = so.segment_csr(src, indptr, reduce=reduce)
+    assert isinstance(out, torch.Tensor), "segment_csr returns the values only (also for min/max)"
+    R.assert_reduction_close(out, expected, src, indptr, reduce, what=f"segment_csr {reduce} {what}")
+    named = NAMED[reduce](src, indptr)
+    if reduce in ("min", "max"):
+        values, arg = named
+        R.assert_equal(values, expected, f"segment_{reduce}_csr values {what}")
+        R.assert_equal(arg, expected_arg, f"segment_{reduce}_csr arg {what}")
+    else:
+        R.assert_reduction_close(named, expected, src, indptr, reduce, what=f"segment_{reduce}_csr {what}")
+    assert torch.equal(src, before), "src was modified"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference itself, against an independent implementation (torch.segment_reduce) where both apply.
+
+@settings(max_examples=30)
+@given(case=R.csr_cases(dtypes=(torch.float64,), max_lead_dims=1), reduce=st.sampled_from(["sum", "mean", "min", "max"]))
+def test_reference_agrees_with_torch_segment_reduce(case, reduce):
+    src, indptr = case["src"], case["indptr"].long()
+    # torch.segment_reduce needs offsets with exactly src's leading dims and fills empty segments
+    # with its own identity (inf / nan), so compare on non-empty segments only.
+    indptr = indptr.expand(*src.shape[: indptr.dim() - 1], indptr.size(-1))
+    dim = indptr.dim() - 1
+    expected, _ = R.segment(src, indptr, reduce)
+    got = torch.segment_reduce(src, reduce, offsets=indptr, axis=dim, unsafe=True)
+    nonempty = (indptr[..., 1:] > indptr[..., :-1]).reshape(*indptr.shape[:-1], -1, *[1] * (src.dim() - dim - 1))
+    nonempty = nonempty.expand_as(expected)
+    torch.testing.assert_close(expected[nonempty], got[nonempty], rtol=1e-12, atol=1e-12)
+    assert bool((expected[~nonempty] == 0).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Property tests over random segmentations (every dtype, broadcast indptr, non-contiguous src, ...).
+
+@given(case=R.csr_cases(), data=st.data())
+def test_segment_csr_matches_reference(case, data):
+    src, indptr = case["src"], case["indptr"]
+    reduce = data.draw(st.sampled_from(FLOAT_REDUCES if src.dtype.is_floating_point else INT_REDUCES))
+    check_segment(src, indptr, reduce, case["desc"])
+
+
+@given(case=R.csr_cases(dtypes=R.FLOAT_DTYPES))
+def test_segment_logsumexp_matches_reference(case):
+    src, indptr = case["src"], case["indptr"]
+    expected, _ = R.segment(src, indptr, "logsumexp")
+    got = so.segment_logsumexp_csr(src, indptr)
+    R.assert_reduction_close(got, expected, src, indptr, "logsumexp", what=f"logsumexp {case['desc']}")
+
+
+@given(case=R.csr_cases(dtypes=R.FLOAT_DTYPES))
+def test_segment_softmax_matches_reference(case):
+    src, indptr = case["src"], case["indptr"]
+    expected = R.segment_softmax(src, indptr)
+    got = so.segment_softmax_csr(src, indptr)
+    R.assert_softmax_close(got, expected, src, indptr, what=f"softmax {case['desc']}")
+
+
+@given(case=R.csr_cases(gather=True))
+def test_gather_csr_matches_reference(case):
+    src, indptr, size = case["src"], case["indptr"], case["size"]
+    expected = R.gather(src, indptr, size)
+    got = so.gather_csr(src, indptr, size=size)
+    R.assert_equal(got, expected, f"gather_csr {case['desc']}")
+
+
+@given(case=R.csr_cases(dtypes=(torch.float32, torch.int64)), data=st.data())
+def test_int32_indptr_gives_the_same_result(case, data):
+    src, indptr = case["src"], case["indptr"].long()
+    reduce = data.draw(st.sampled_from(INT_REDUCES))
+    a = so.segment_csr(src, indptr, reduce=reduce)
+    b = so.segment_csr(src, indptr.int(), reduce=reduce)
+    R.assert_equal(b, a, f"int32 vs int64 indptr, {reduce} {case['desc']}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Explicit edge cases (readable versions of what the property tests also draw).
+
+def _edge_cases():
+    g = torch.Generator().manual_seed(1)
+    yield "all_empty", torch.randn(5, 3, generator=g), torch.tensor([0, 0, 0, 0])
+    yield "all_empty_at_end", torch.randn(5, 3, generator=g), torch.tensor([5, 5, 5])
+    yield "no_segments", torch.randn(4, 3, generator=g), torch.tensor([2])
+    yield "zero_rows", torch.randn(0, 3, generator=g), torch.tensor([0, 0, 0])
+    yield "zero_features", torch.randn(6, 0, generator=g), torch.tensor([0, 2, 2, 6])
+    yield "zero_batch", torch.randn(0, 6, 2, generator=g), torch.tensor([[0, 2, 6]])
+    yield "rows_outside_range", torch.randn(10, 2, generator=g), torch.tensor([3, 4, 4, 7])
+    yield "one_huge_segment", torch.randn(50_000, 4, generator=g), torch.tensor([0, 0, 1, 50_000, 50_000])
+    yield "1d_src", torch.randn(9, generator=g), torch.tensor([0, 4, 4, 9])
+    yield "broadcast_leading_1", torch.randn(4, 9, 3, generator=g), torch.tensor([[0, 2, 2, 9]])
+    yield "per_batch_indptr", torch.randn(2, 9, 3, generator=g), torch.tensor([[0, 2, 2, 9], [1, 1, 5, 8]])
+    yield "broadcast_middle_dim", torch.randn(2, 3, 7, generator=g), torch.tensor([[[0, 3, 7]], [[2, 2, 5]]])
+    yield "2d_features", torch.randn(7, 2, 3, generator=g), torch.tensor([0, 1, 7])
+    yield "transposed_src", torch.randn(5, 8, generator=g).t(), torch.tensor([0, 3, 3, 8])
+    yield "sliced_src", torch.randn(16, 3, generator=g)[::2], torch.tensor([0, 3, 8])
+
+
+EDGE = list(_edge_cases())
+
+
+@pytest.mark.parametrize("dtype", R.ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("name,src,indptr", EDGE, ids=[e[0] for e in EDGE])
+def test_edge_cases(name, src, indptr, dtype):
+    src = (src * 20).to(dtype)
+    reduces = FLOAT_REDUCES if dtype.is_floating_point else INT_REDUCES
+    for reduce in reduces:
+        check_segment(src, indptr, reduce, name)
+    if dtype.is_floating_point:
+        expected, _ = R.segment(src, indptr, "logsumexp")
+        R.assert_reduction_close(so.segment_logsumexp_csr(src, indptr), expected, src, indptr, "logsumexp", what=name)
+        R.assert_softmax_close(so.segment_softmax_csr(src, indptr), R.segment_softmax(src, indptr), src, indptr, what=name)
+
+
+def test_empty_segments_give_zero_and_arg_size():
+    src = torch.tensor([[5.0, -1.0], [7.0, 2.0], [3.0, 3.0]])
+    indptr = torch.tensor([0, 0, 2, 2, 3, 3])
+    for reduce in FLOAT_REDUCES:
+        out = so.segment_csr(src, indptr, reduce=reduce)
+        assert out.shape == (5, 2)
+        assert bool((out[[0, 2, 4]] == 0).all()), reduce
+    for fn in (so.segment_min_csr, so.segment_max_csr):
+        _, arg = fn(src, indptr)
+        assert arg.dtype == torch.int64
+        assert bool((arg[[0, 2, 4]] == 3).all())
+    assert bool((so.segment_logsumexp_csr(src, indptr)[[0, 2, 4]] == 0).all())
+
+
+def test_min_max_values_and_absolute_arg():
+    # rows 0..1 are outside the segments; arg counts from row 0 of src, not from indptr[0]
+    src = torch.tensor([[100.0], [-100.0], [4.0], [9.0], [1.0], [9.0], [6.0], [-3.0]])
+    indptr = torch.tensor([2, 6, 8])
+    vmax, amax = so.segment_max_csr(src, indptr)
+    vmin, amin = so.segment_min_csr(src, indptr)
+    assert vmax.flatten().tolist() == [9.0, 6.0] and amax.flatten().tolist() == [3, 6]  # tie 9 at 3 and 5 -> 3
+    assert vmin.flatten().tolist() == [1.0, -3.0] and amin.flatten().tolist() == [4, 7]
+
+
+@pytest.mark.parametrize("dtype", R.ALL_DTYPES, ids=str)
+def test_ties_go_to_first_position(dtype):
+    src = torch.tensor([[2, 1], [2, 1], [0, 1], [2, 1], [0, 0], [0, 0]]).to(dtype)
+    indptr = torch.tensor([0, 4, 6])
+    vmax, amax = so.segment_max_csr(src, indptr)
+    vmin, amin = so.segment_min_csr(src, indptr)
+    assert amax.tolist() == [[0, 0], [4, 4]]
+    assert amin.tolist() == [[2, 0], [4, 4]]
+    assert vmax.tolist() == [[2, 1], [0, 0]] and vmin.tolist() == [[0, 1], [0, 0]]
+
+
+@pytest.mark.parametrize("reduce", ["min", "max"])
+def test_min_max_propagate_nan(reduce):
+    src = torch.tensor([[1.0, 1.0], [float("nan"), 5.0], [3.0, float("nan")], [2.0, 0.0]])
+    indptr = torch.tensor([0, 3, 4])
+    values, arg = NAMED[reduce](src, indptr)
+    assert torch.isnan(values[0]).all(), values
+    assert arg[0].tolist() == [1, 2], "arg of a NaN result points at the NaN"
+    assert values[1].tolist() == [2.0, 0.0] and arg[1].tolist() == [3, 3]
+    assert torch.isnan(so.segment_csr(src, indptr, reduce=reduce)[0]).all()
+
+
+def test_add_is_sum():
+    src = torch.randn(20, 5)
+    indptr = torch.tensor([0, 3, 3, 11, 20])
+    assert torch.equal(so.segment_csr(src, indptr, reduce="add"), so.segment_csr(src, indptr, reduce="sum"))
+    assert torch.equal(so.segment_add_csr(src, indptr), so.segment_sum_csr(src, indptr))
+    assert torch.equal(so.segment_csr(src, indptr), so.segment_sum_csr(src, indptr)), "default reduce is sum"
+
+
+@pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)
+def test_low_precision_accumulates_in_float32(dtype):
+    # 4096 ones + one 1024: in float16/bfloat16 arithmetic the running sum would stall at 2048 / 256.
+    src = torch.ones(4097, 1, dtype=dtype)
+    src[0] = 1024
+    indptr = torch.tensor([0, 4097])
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    assert so.segment_sum_csr(src, indptr).item() == 5120.0
+    expected_mean = (torch.tensor(5120.0, dtype=acc) / 4097).to(dtype)
+    assert so.segment_mean_csr(src, indptr).item() == expected_mean.item()
+
+
+def test_gather_explicit():
+    src = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    indptr = torch.tensor([1, 3, 3, 4])
+    expected = torch.tensor([[0, 0], [1, 2], [1, 2], [5, 6]])
+    assert torch.equal(so.gather_csr(src, indptr), expected)
+    assert torch.equal(so.gather_csr(src, indptr, size=6), torch.cat([expected, torch.zeros(2, 2, dtype=torch.long)]))
+
+
+def test_gather_size_is_max_over_batch():
+    src = torch.arange(6.0).reshape(2, 3)  # 2 batches, 3 segments, no features
+    indptr = torch.tensor([[0, 1, 1, 2], [0, 2, 4, 5]])
+    got = so.gather_csr(src, indptr)
+    assert got.tolist() == [[0.0, 2.0, 0.0, 0.0, 0.0], [3.0, 3.0, 4.0, 4.0, 5.0]]
+
+
+def test_gather_inverts_mean_of_constant_segments():
+    lengths = torch.tensor([3, 0, 1, 5, 0, 2])
+    indptr = R.indptr_from_lengths(lengths)
+    values = torch.randn(6, 4)
+    expanded = so.gather_csr(values, indptr)
+    mean = so.segment_mean_csr(expanded, indptr)
+    nonempty = lengths > 0
+    torch.testing.assert_close(mean[nonempty], values[nonempty], rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registered ops themselves (torch.ops.torch_segops.*).
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max", "logsumexp"])
+def test_registered_segment_reduce(reduce):
+    src = torch.randn(2, 11, 3)
+    indptr = torch.tensor([[0, 4, 4, 10]])
+    out, arg = torch.ops.torch_segops.segment_reduce(src, indptr, reduce)
+    expected, expected_arg = R.segment(src, indptr, reduce)
+    R.assert_reduction_close(out, expected, src, indptr, reduce)
+    if reduce in ("min", "max"):
+        R.assert_equal(arg, expected_arg, "arg")
+    else:
+        assert arg.dtype == torch.int64 and arg.numel() == 0
+
+
+def test_registered_gather_softmax_and_backward():
+    src = torch.randn(3, 2)
+    indptr = torch.tensor([0, 2, 2, 5])
+    R.assert_equal(torch.ops.torch_segops.gather_csr(src, indptr, -1), R.gather(src, indptr), "gather size=-1")
+    R.assert_equal(torch.ops.torch_segops.gather_csr(src, indptr, 7), R.gather(src, indptr, 7), "gather size=7")
+    x = torch.randn(6, 2, dtype=torch.float64)
+    y = torch.ops.torch_segops.segment_softmax(x, indptr)
+    R.assert_softmax_close(y, R.segment_softmax(x, indptr), x, indptr)
+    grad = torch.randn_like(x)
+    # y * (grad - segment_sum(grad * y)) per segment, written out for this segmentation
+    s = torch.zeros_like(x)
+    for lo, hi in [(0, 2), (2, 2), (2, 5)]:
+        s[lo:hi] = (grad[lo:hi] * y[lo:hi]).sum(0)
+    expected = y * (grad - s)
+    torch.testing.assert_close(torch.ops.torch_segops.segment_softmax_backward(grad, y, indptr), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# out= : overwritten in full (never accumulated), and the same object is returned.
+
+def _garbage(shape, dtype):
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype)
+    return torch.full(shape, 12345, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+@pytest.mark.parametrize("reduce", FLOAT_REDUCES)
+def test_out_is_overwritten_and_returned(reduce, dtype):
+    if reduce == "mean" and not dtype.is_floating_point:
+        pytest.skip("mean is float-only (an int mean is an error, tested in test_errors.py)")
+    src = (torch.randn(3, 12, 4) * 10).to(dtype)
+    indptr = torch.tensor([[0, 0, 5, 5, 11]])  # reduce along dim 1, broadcast over dim 0
+    expected, expected_arg = R.segment(src, indptr, reduce)
+    out = _garbage((3, 4, 4), dtype)
+    ret = so.segment_csr(src, indptr, out=out, reduce=reduce)
+    assert ret is out
+    R.assert_reduction_close(out, expected, src, indptr, reduce)
+    # named wrapper, called twice on the same out: no accumulation
+    out = _garbage((3, 4, 4), dtype)
+    for _ in range(2):
+        ret = NAMED[reduce](src, indptr, out=out)
+    if reduce in ("min", "max"):
+        values, arg = ret
+        assert values is out
+        R.assert_equal(arg, expected_arg, "arg with out=")
+    else:
+        assert ret is out
+    R.assert_reduction_close(out, expected, src, indptr, reduce, what="out= twice")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32], ids=str)
+def test_gather_out_is_overwritten_and_returned(dtype):
+    src = (torch.randn(2, 4, 3) * 10).to(dtype)
+    indptr = torch.tensor([[1, 3, 3, 6, 7]])
+    out = _garbage((2, 9, 3), dtype)  # 9 > indptr[-1]: size comes from out, rows 0 and 7..8 are zero
+    for _ in range(2):
+        ret = so.gather_csr(src, indptr, out=out)
+    assert ret is out
+    R.assert_equal(out, R.gather(src, indptr, 9), "gather out=")
+
+
+# ---------------------------------------------------------------------------------------------
+# Large inputs: several parallel chunks per segment / many segments per chunk, so the chunk-combine
+# pass is exercised. Checked with vectorised float64 computations (the loop reference would be slow
+# for tens of thousands of segments) and, for few segments, with the loop reference.
+
+def _large_many_segments(n_rows, n_seg, feat, seed):
+    g = torch.Generator().manual_seed(seed)
+    cuts = torch.randint(0, n_rows + 1, (n_seg - 1,), generator=g).sort().values
+    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([n_rows])])
+    # values are a permutation: no ties, so argmin/argmax are unique
+    src = (torch.randperm(n_rows * feat, generator=g).to(torch.float64) / (n_rows * feat) - 0.5).reshape(n_rows, feat)
+    return src.float(), indptr
+
+
+@pytest.mark.parametrize("n_rows,n_seg,feat", [(400_000, 30_000, 1), (100_000, 500, 7), (6_000, 40, 300)])
+def test_large_many_segments(n_rows, n_seg, feat):
+    src, indptr = _large_many_segments(n_rows, n_seg, feat, seed=n_seg)
+    index = R.index_from_indptr(indptr)
+    counts = (indptr[1:] - indptr[:-1]).unsqueeze(-1)
+    s64 = torch.zeros(n_seg, feat, dtype=torch.float64).index_add_(0, index, src.double())
+    abs64 = torch.zeros(n_seg, feat, dtype=torch.float64).index_add_(0, index, src.double().abs())
+    eps = torch.finfo(torch.float32).eps
+    got = so.segment_sum_csr(src, indptr).double()
+    assert bool(((got - s64).abs() <= 8 * eps * abs64 + 1e-30).all())
+    got = so.segment_mean_csr(src, indptr).double()
+    mean64 = torch.where(counts > 0, s64 / counts.clamp(min=1), 0.0)
+    assert bool(((got - mean64).abs() <= 8 * eps * abs64 / counts.clamp(min=1) + 1e-30).all())
+    for reduce, red in (("max", "amax"), ("min", "amin")):
+        values, arg = NAMED[reduce](src, indptr)
+        ref = torch.zeros(n_seg, feat).scatter_reduce_(0, index.unsqueeze(-1).expand(-1, feat), src, red, include_self=False)
+        empty = (counts == 0).expand(-1, feat)
+        assert torch.equal(values, torch.where(empty, 0.0, ref))
+        assert bool((arg[empty] == n_rows).all())
+        seg_of_arg = torch.searchsorted(indptr, arg.clamp(max=n_rows - 1), right=True) - 1
+        assert bool((seg_of_arg[~empty] == torch.arange(n_seg).unsqueeze(-1).expand(-1, feat)[~empty]).all())
+        assert torch.equal(src.gather(0, arg.clamp(max=n_rows - 1))[~empty], values[~empty])
+
+
+def test_large_few_segments_against_reference():
+    g = torch.Generator().manual_seed(3)
+    src = torch.randn(300_000, 16, generator=g)
+    indptr = torch.tensor([0, 1, 120_000, 120_000, 299_990])
+    for reduce in FLOAT_REDUCES:
+        check_segment(src, indptr, reduce, "300k x 16")
+    expected, _ = R.segment(src, indptr, "logsumexp")
+    R.assert_reduction_close(so.segment_logsumexp_csr(src, indptr), expected, src, indptr, "logsumexp")
+    R.assert_softmax_close(so.segment_softmax_csr(src, indptr), R.segment_softmax(src, indptr), src, indptr)
+    vals = torch.randn(4, 16, generator=g)
+    R.assert_equal(so.gather_csr(vals, indptr), R.gather(vals, indptr), "large gather")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+def test_large_segment_ties_across_chunks(dtype):
+    n = 400_000
+    src = torch.zeros(n, 2, dtype=dtype)
+    src[n - 10, 0] = 5  # feature 0: the max at one late position, ...
+    src[123_457, 0] = 5  # ... tied with an earlier one far away
+    src[:, 1] = 1  # feature 1: one value everywhere
+    indptr = torch.tensor([7, n])
+    vmax, amax = so.segment_max_csr(src, indptr)
+    vmin, amin = so.segment_min_csr(src, indptr)
+    assert amax.tolist() == [[123_457, 7]]
+    assert amin.tolist() == [[7, 7]]  # zeros from row 7 on (feature 0), ones everywhere (feature 1)
+    assert vmax.tolist() == [[5, 1]] and vmin.tolist() == [[0, 1]]
+
+
+def test_large_logsumexp_and_softmax_are_stable():
+    # huge magnitudes: a naive exp would overflow; 2 segments spanning many chunks
+    src = torch.linspace(-1000, 1000, 300_000).unsqueeze(-1)
+    indptr = torch.tensor([0, 150_000, 300_000])
+    lse = so.segment_logsumexp_csr(src, indptr)
+    expected, _ = R.segment(src.double(), indptr, "logsumexp")
+    assert torch.isfinite(lse).all()
+    torch.testing.assert_close(lse.double(), expected, rtol=1e-5, atol=1e-3)
+    sm = so.segment_softmax_csr(src, indptr)
+    assert torch.isfinite(sm).all()
+    torch.testing.assert_close(sm.double(), R.segment_softmax(src.double(), indptr), rtol=1e-4, atol=1e-7)
+    seg_sums = so.segment_sum_csr(sm.double(), indptr)
+    torch.testing.assert_close(seg_sums, torch.ones(2, 1, dtype=torch.float64), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_version_and_build_info():
+    info = so.build_info()
+    assert isinstance(so.__version__, str) and so.__version__
+    assert info["version"] == so.__version__
+    assert info["variant"] in ("cpu", "cuda")
+    if info["variant"] == "cpu":
+        assert info["cuda_version"] is None and info["cuda_archs"] == []
+    else:
+        assert info["cuda_version"] and info["cuda_archs"]
