@@ -1,0 +1,209 @@
+"""CUDA: the same ops on GPU tensors against the CPU results (which test_ops.py checks against the
+reference), gradients, opcheck, torch.compile, run-to-run determinism and device-mismatch errors.
+
+Every test here is skipped, with the reason shown by `pytest -ra`, when there is no CUDA GPU or when
+the installed torch_segops binary was built without CUDA.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference as R
+import torch_segops as so
+
+_NO_GPU = not torch.cuda.is_available()
+_CPU_BUILD = so.build_info().get("variant") != "cuda"
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(_NO_GPU, reason="no CUDA GPU on this machine"),
+    pytest.mark.skipif(not _NO_GPU and _CPU_BUILD,
+                       reason="torch_segops was built without CUDA (build_info()['variant'] == 'cpu')"),
+]
+
+_ops = torch.ops.torch_segops
+REDUCES = {
+    "sum": so.segment_sum_csr,
+    "mean": so.segment_mean_csr,
+    "min": so.segment_min_csr,
+    "max": so.segment_max_csr,
+    "logsumexp": so.segment_logsumexp_csr,
+    "softmax": so.segment_softmax_csr,
+}
+
+
+def _values(result):
+    """The values of a (values, arg) result, or the result itself."""
+    return result[0] if isinstance(result, tuple) else result
+
+
+def _compare_with_cpu(name, src, indptr):
+    cpu = REDUCES[name](src, indptr)
+    gpu = REDUCES[name](src.cuda(), indptr.cuda())
+    if isinstance(cpu, tuple):
+        cpu_v, cpu_a = cpu
+        gpu_v, gpu_a = gpu
+        assert gpu_v.is_cuda and gpu_a.is_cuda
+        R.assert_equal(gpu_v.cpu(), cpu_v, f"cuda {name} values")
+        R.assert_equal(gpu_a.cpu(), cpu_a, f"cuda {name} arg")
+        return
+    assert gpu.is_cuda
+    if name == "softmax":
+        R.assert_softmax_close(gpu.cpu(), R.segment_softmax(src, indptr), src, indptr, what="cuda softmax")
+    else:
+        expected, _ = R.segment(src, indptr, name)
+        R.assert_reduction_close(gpu.cpu(), expected, src, indptr, name, what=f"cuda {name}")
+
+
+def test_build_info_reports_cuda():
+    info = so.build_info()
+    assert info["variant"] == "cuda" and info["cuda_version"] and info["cuda_archs"]
+
+
+@settings(max_examples=40)
+@given(case=R.csr_cases(), data=st.data())
+def test_matches_cpu_and_reference(case, data):
+    src, indptr = case["src"], case["indptr"]
+    names = list(REDUCES) if src.dtype.is_floating_point else ["sum", "min", "max"]
+    _compare_with_cpu(data.draw(st.sampled_from(names)), src, indptr)
+
+
+@settings(max_examples=40)
+@given(case=R.csr_cases(gather=True))
+def test_gather_matches_cpu(case):
+    src, indptr, size = case["src"], case["indptr"], case["size"]
+    got = so.gather_csr(src.cuda(), indptr.cuda(), size=size)
+    assert got.is_cuda
+    R.assert_equal(got.cpu(), so.gather_csr(src, indptr, size=size), f"cuda gather {case['desc']}")
+
+
+@pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(REDUCES))
+@pytest.mark.parametrize("shape", [(300_000, 16, 3), (2_000_000, 1, 50_000), (20_000, 300, 7)])
+def test_large_matches_cpu(shape, name, dtype):
+    rows, feat, n_seg = shape
+    g = torch.Generator().manual_seed(rows)
+    src = torch.randn(rows, feat, generator=g).to(dtype)
+    cuts = torch.randint(0, rows + 1, (n_seg - 1,), generator=g).sort().values
+    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
+    cpu = REDUCES[name](src, indptr)
+    gpu = REDUCES[name](src.cuda(), indptr.cuda())
+    if isinstance(cpu, tuple):
+        R.assert_equal(gpu[0].cpu(), cpu[0], f"{name} values")
+        R.assert_equal(gpu[1].cpu(), cpu[1], f"{name} arg")
+    elif name == "softmax":
+        R.assert_softmax_close(gpu.cpu(), cpu, src, indptr, what="large cuda softmax vs cpu")
+    else:
+        # both sides accumulate in the compute dtype, in different orders: the reference tolerance applies
+        R.assert_reduction_close(gpu.cpu(), cpu, src, indptr, name, what=f"large cuda {name} vs cpu")
+
+
+@pytest.mark.parametrize("name", list(REDUCES))
+def test_gradcheck_cuda(name):
+    indptr = torch.tensor([[1, 3, 3, 7]], device="cuda")
+    x = (torch.randperm(2 * 8 * 2, device="cuda").double() / 10).reshape(2, 8, 2).requires_grad_()
+    fn = REDUCES[name]
+    assert torch.autograd.gradcheck(lambda t: _values(fn(t, indptr)), (x,), eps=1e-6, atol=1e-8)
+
+
+def test_gradcheck_gather_cuda():
+    indptr = torch.tensor([[1, 3, 3, 7]], device="cuda")
+    x = torch.randn(2, 3, 2, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: so.gather_csr(t, indptr), (x,), eps=1e-6, atol=1e-8)
+    assert torch.autograd.gradcheck(lambda t: so.gather_csr(t, indptr, size=9), (x,), eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "logsumexp", "softmax"])
+def test_gradients_match_cpu(name):
+    g = torch.Generator().manual_seed(2)
+    src = torch.randn(5000, 8, generator=g)
+    indptr = torch.tensor([0, 10, 10, 4000, 4990])
+    grads = []
+    for device in ("cpu", "cuda"):
+        x = src.to(device).requires_grad_()
+        out = REDUCES[name](x, indptr.to(device))
+        out = out[0] if isinstance(out, tuple) else out
+        w = torch.randn(out.shape, generator=g.manual_seed(3)).to(device)
+        grads.append(torch.autograd.grad(out, x, w)[0].cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max", "logsumexp"])
+def test_opcheck_cuda(reduce, dtype):
+    if not dtype.is_floating_point and reduce in ("mean", "logsumexp"):
+        pytest.skip("float-only reduction (the int error is tested in test_errors.py)")
+    src = torch.randn(2, 9, 3, device="cuda").to(dtype).requires_grad_(dtype.is_floating_point)
+    indptr = torch.tensor([[1, 3, 3, 8]], device="cuda")
+    torch.library.opcheck(_ops.segment_reduce.default, (src, indptr, reduce))
+
+
+@pytest.mark.parametrize("size", [8, 11, -1])
+def test_opcheck_gather_softmax_cuda(size):
+    indptr = torch.tensor([[1, 3, 3, 8]], device="cuda")
+    seg = torch.randn(2, 3, 3, device="cuda", requires_grad=True)
+    torch.library.opcheck(_ops.gather_csr.default, (seg, indptr, size))
+    x = torch.randn(2, 9, 3, device="cuda", requires_grad=True)
+    torch.library.opcheck(_ops.segment_softmax.default, (x, indptr))
+    y = _ops.segment_softmax(x.detach(), indptr)
+    torch.library.opcheck(_ops.segment_softmax_backward.default, (torch.randn_like(y), y, indptr))
+
+
+@pytest.mark.parametrize("name", ["sum", "max", "softmax", "gather"])
+def test_compile_cuda(name):
+    torch._dynamo.reset()
+    src = torch.randn(100, 4, device="cuda")
+    indptr = torch.tensor([0, 10, 10, 60, 99], device="cuda")
+    if name == "gather":
+        fn = lambda s, i: so.gather_csr(s[:4] * 2, i)  # noqa: E731
+    else:
+        fn = lambda s, i: _values(REDUCES[name](s * 2, i))  # noqa: E731
+    compiled = torch.compile(fn, fullgraph=True)
+    torch.testing.assert_close(compiled(src, indptr), fn(src, indptr))
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "logsumexp", "softmax"])
+def test_determinism_run_to_run(name):
+    g = torch.Generator().manual_seed(4)
+    src = torch.randn(2_000_000, 4, generator=g).cuda()
+    cuts = torch.randint(0, 2_000_001, (999,), generator=g).sort().values
+    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([2_000_000])]).cuda()
+    first = REDUCES[name](src, indptr)
+    first = first if isinstance(first, tuple) else (first,)
+    for _ in range(3):
+        again = REDUCES[name](src, indptr)
+        again = again if isinstance(again, tuple) else (again,)
+        for a, b in zip(first, again):
+            assert torch.equal(a, b), f"cuda {name}: results differ between runs"
+
+
+def test_out_on_cuda():
+    src = torch.randn(12, 3, device="cuda")
+    indptr = torch.tensor([0, 5, 5, 12], device="cuda")
+    out = torch.full((3, 3), float("nan"), device="cuda")
+    assert so.segment_sum_csr(src, indptr, out=out) is out
+    torch.testing.assert_close(out.cpu(), so.segment_sum_csr(src.cpu(), indptr.cpu()))
+    with pytest.raises((TypeError, ValueError, RuntimeError), match="out"):
+        so.segment_sum_csr(src, indptr, out=torch.zeros(3, 3))  # out on CPU, src on GPU
+
+
+def test_device_mismatch():
+    ERRORS = (TypeError, ValueError, RuntimeError)
+    src = torch.randn(6, 2, device="cuda")
+    for fn in REDUCES.values():
+        with pytest.raises(ERRORS, match="indptr"):
+            fn(src, torch.tensor([0, 2, 6]))
+        with pytest.raises(ERRORS, match="indptr"):
+            fn(src.cpu(), torch.tensor([0, 2, 6], device="cuda"))
+    with pytest.raises(ERRORS, match="indptr"):
+        so.gather_csr(torch.randn(2, 2, device="cuda"), torch.tensor([0, 2, 6]))
+
+
+@pytest.mark.parametrize("bad", [[0, 4, 2, 6], [-1, 2, 6], [0, 2, 7]])
+def test_bad_indptr_cuda(bad):
+    with pytest.raises((TypeError, ValueError, RuntimeError), match="indptr"):
+        so.segment_sum_csr(torch.randn(6, 2, device="cuda"), torch.tensor(bad, device="cuda"))
