@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""Build a local conda channel of STAND-IN packages so recipe/ can be built with no conda-forge access.
+
+Nothing in this channel is a conda-forge package. Each stand-in only provides what the recipe's
+build and tests touch, made from what this machine already has:
+
+* ``python``      a venv of the interpreter running this script (bin/python -> that interpreter),
+* ``pytorch``     the local CPU torch wheel (build string ``cpu_*`` so the recipe's ``cpu*`` pin is
+                  exercised), and every other Python package (pip, setuptools, scikit-build-core,
+                  pytest, hypothesis, numpy and their dependencies) repackaged from PyPI wheels into
+                  ``lib/pythonX.Y/site-packages`` with ``.dist-info`` intact, so ``pip check`` works,
+* ``cmake``, ``ninja``  the binaries from the PyPI wheels, at ``bin/``,
+* ``gcc_linux-64``, ``gxx_linux-64``, ``cuda-nvcc_linux-64``  activation scripts pointing at the
+                  system gcc/g++ and ``/usr/local/cuda`` (no compiler is shipped),
+* ``sysroot_linux-64`` (what ``stdlib('c')`` resolves to) and ``cuda-version`` metapackages: empty.
+
+Because the stand-ins carry this machine's versions (gcc 12, Python 3.11, torch 2.13, ...), the tool
+also writes ``offline_variants.yaml`` into the channel: a variant file that overrides the compiler,
+stdlib, python and pytorch keys of ``conda_build_config.yaml`` to what the stand-ins provide. The
+shipped recipe and ``conda_build_config.yaml`` contain nothing that exists only for this channel.
+
+Usage:  python tools/offline_channel.py [--channel DIR] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import email.parser
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CHANNEL = REPO / "_work" / "offline-channel"
+SUBDIR = "linux-64"
+STANDIN = "standin"
+
+# Top-level Python packages the recipe's build and test environments need. Their dependencies are
+# resolved by pip from the index and repackaged too. torch comes from the local CPU wheel only: a
+# plain `pip download torch` would fetch the multi-GB CUDA build.
+TORCH_VERSION = "2.13.0"
+PY_PINS = [
+    "pip==26.3",
+    "setuptools==84.2.1",
+    "scikit-build-core==1.1.2",
+    "pytest==9.0.3",
+    "hypothesis==6.155.2",
+    "numpy==2.4.6",
+]
+BINARY_WHEELS = {"cmake": "cmake==4.4.4", "ninja": "ninja==1.13.2"}
+# PyPI name -> conda name where they differ.
+CONDA_NAME = {"torch": "pytorch"}
+CUDA_VERSIONS = ["12.9", "13.0"]
+CUDA_HOME = Path("/usr/local/cuda")
+
+SCRIPT_HEAD = (
+    "#!/bin/sh\n"
+    "'''exec' \"$(dirname -- \"$(readlink -f -- \"$0\")\")/python\" \"$0\" \"$@\"\n"
+    "' '''\n"
+)  # a shebang that is valid sh and Python: console scripts run the env's python wherever it lives
+
+
+class ChannelError(RuntimeError):
+    """A stand-in could not be made; the message says what is missing."""
+
+
+def log(msg: str) -> None:
+    print(f"[offline-channel] {msg}", flush=True)
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if res.returncode != 0:
+        raise ChannelError(f"command failed ({res.returncode}): {' '.join(cmd)}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+def _rattler():
+    try:
+        import rattler  # noqa: F401
+        import rattler_build  # noqa: F401
+    except ImportError as e:
+        raise ChannelError(
+            f"{e.name} is not installed. Install the pinned tools first:\n"
+            "  python -m pip install py-rattler==0.28.0 py-rattler-build==0.73.0"
+        ) from e
+    import rattler
+    import rattler_build
+    return rattler, rattler_build
+
+
+# ---------------------------------------------------------------------------------------------
+# what this machine provides
+# ---------------------------------------------------------------------------------------------
+
+def torch_wheel() -> Path:
+    """The local CPU torch wheel, found the way pip finds it (find-links), never downloaded."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    with tempfile.TemporaryDirectory() as d:
+        res = subprocess.run(
+            [sys.executable, "-m", "pip", "download", f"torch=={TORCH_VERSION}", "--no-deps", "--no-index",
+             "--only-binary=:all:", "-d", d],
+            text=True, capture_output=True)
+        got = list(Path(d).glob("torch-*.whl"))
+        if res.returncode == 0 and got and "+cpu" in got[0].name:
+            for link in os.environ.get("PIP_FIND_LINKS", "").split() + ["/opt/wheels"]:
+                cand = Path(link) / got[0].name
+                if cand.is_file():
+                    return cand
+            keep = DEFAULT_CHANNEL.parent / "wheels" / got[0].name
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(got[0], keep)
+            return keep
+    raise ChannelError(
+        f"no local CPU wheel for torch=={TORCH_VERSION} ({tag}) was found through pip's find-links "
+        "(expected e.g. /opt/wheels/torch-2.13.0+cpu-cp311-...whl). This tool never downloads the "
+        "multi-GB CUDA torch from PyPI; put the CPU wheel in a find-links folder and retry.")
+
+
+def system_tools() -> dict:
+    gcc, gxx = shutil.which("gcc"), shutil.which("g++")
+    if not gcc or not gxx:
+        raise ChannelError("gcc/g++ not found on PATH: the compiler stand-ins point at the system compilers")
+    gcc_ver = run([gcc, "-dumpfullversion"]).stdout.strip()
+    gxx_ver = run([gxx, "-dumpfullversion"]).stdout.strip()
+    import platform
+    libc, libc_ver = platform.libc_ver()
+    if libc != "glibc":
+        raise ChannelError("the sysroot stand-in needs a glibc system")
+    nvcc = CUDA_HOME / "bin" / "nvcc"
+    nvcc_ver = None
+    if nvcc.exists():
+        m = re.search(r"release (\d+\.\d+)", run([str(nvcc), "--version"]).stdout)
+        nvcc_ver = m.group(1) if m else None
+    return {"gcc": gcc, "gcc_version": gcc_ver, "gxx": gxx, "gxx_version": gxx_ver,
+            "glibc": ".".join(libc_ver.split(".")[:2]), "nvcc": str(nvcc) if nvcc_ver else None,
+            "nvcc_version": nvcc_ver}
+
+
+def fingerprint(tools: dict, wheel: Path) -> str:
+    h = hashlib.sha256()
+    h.update(Path(__file__).read_bytes())
+    h.update(json.dumps(tools, sort_keys=True).encode())
+    h.update(wheel.name.encode())
+    h.update(sys.version.encode())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# package builders
+# ---------------------------------------------------------------------------------------------
+
+class Builder:
+    def __init__(self, channel: Path, work: Path):
+        _, self.rb = _rattler()
+        self.channel = channel
+        self.out = channel / SUBDIR
+        self.work = work
+        self.made: list[str] = []
+
+    def package(self, name, version, build, *, files=None, files_dir=None, depends=(), constrains=(),
+                summary="", noarch=None):
+        out = self.out if noarch is None else self.channel / "noarch"
+        res = self.rb.assemble_package(
+            name=name, version=version, target_platform="noarch" if noarch else SUBDIR,
+            build_string=build, output_dir=out, files=files, files_dir=files_dir,
+            depends=list(depends), constrains=list(constrains), noarch=noarch,
+            summary=f"OFFLINE STAND-IN, not a conda-forge package: {summary}",
+            license="LicenseRef-standin", compression_level=1, detect_prefix=False)
+        self.made.append(res.identifier)
+        return res
+
+    def stage(self, name: str) -> Path:
+        d = self.work / "stage" / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        return d
+
+    def file_package(self, name, version, build, files: dict[str, str], **kw):
+        """A package made of small text files (activation scripts, markers)."""
+        d = self.stage(name)
+        for rel, text in files.items():
+            p = d / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+            if rel.endswith(".sh"):
+                p.chmod(0o755)
+        return self.package(name, version, build, files_dir=d, **kw)
+
+
+def py_tag() -> tuple[str, str]:
+    v = sys.version_info
+    return f"{v.major}.{v.minor}", f"python{v.major}.{v.minor}"
+
+
+def build_python(b: Builder) -> str:
+    """python: a venv of this interpreter (bin/python is a link to it, pyvenv.cfg points home)."""
+    mm, pyname = py_tag()
+    exe = Path(os.path.realpath(sys._base_executable))
+    if not exe.is_file():
+        raise ChannelError(f"cannot resolve the base interpreter ({sys._base_executable})")
+    d = b.stage("python")
+    (d / "bin").mkdir()
+    os.symlink(exe, d / "bin" / pyname)
+    os.symlink(pyname, d / "bin" / "python3")
+    os.symlink(pyname, d / "bin" / "python")
+    (d / "pyvenv.cfg").write_text(
+        f"home = {exe.parent}\ninclude-system-site-packages = false\nversion = {sys.version.split()[0]}\n")
+    sp = d / "lib" / pyname / "site-packages"
+    sp.mkdir(parents=True)
+    (sp / "README.offline-standin").write_text(
+        f"This environment's python is a venv of {exe}; see tools/offline_channel.py.\n")
+    version = sys.version.split()[0]
+    b.package("python", version, f"{STANDIN}_0_cpython", files_dir=d,
+              summary=f"venv of the system interpreter {exe}")
+    return version
+
+
+def conda_name(pypi_name: str) -> str:
+    n = re.sub(r"[-_.]+", "-", pypi_name).lower()
+    return CONDA_NAME.get(n, n)
+
+
+def conda_depends(requires: list[str], python_mm: str) -> list[str]:
+    from packaging.requirements import Requirement
+    rattler, _ = _rattler()
+    deps = []
+    for line in requires:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        spec = ",".join(str(s) for s in req.specifier).replace("~=", ">=").replace("===", "==")
+        name = conda_name(req.name)
+        if spec:
+            try:
+                rattler.VersionSpec(spec)
+                deps.append(f"{name} {spec}")
+                continue
+            except Exception:
+                pass
+        deps.append(name)
+    return deps
+
+
+def relocatable_script(path: Path) -> None:
+    text = path.read_text()
+    if text.startswith("#!"):
+        path.write_text(SCRIPT_HEAD + text.split("\n", 1)[1])
+
+
+def build_python_packages(b: Builder, torch_whl: Path, python_version: str) -> None:
+    mm, pyname = py_tag()
+    wheels = b.work / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)  # pip's own cache makes a fresh download cheap
+    wheels.mkdir(parents=True)
+    log(f"resolving and downloading wheels for {', '.join(PY_PINS)} (+ torch from {torch_whl.name})")
+    run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(wheels),
+         str(torch_whl), *PY_PINS])
+    log("installing the wheels into a staging prefix (no pyc, no dependency resolution)")
+    prefix = b.stage("site")
+    run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--ignore-installed",
+         "--no-index", "--no-warn-script-location", "--prefix", str(prefix),
+         *sorted(str(w) for w in wheels.glob("*.whl"))])
+    sp = prefix / "lib" / pyname / "site-packages"
+    major, minor = sys.version_info[:2]
+    python_pin = f"python >={major}.{minor},<{major}.{minor + 1}.0a0"  # files live in lib/pythonX.Y
+    parser = email.parser.Parser()
+    for dist in sorted(sp.glob("*.dist-info")):
+        meta = parser.parsestr((dist / "METADATA").read_text(encoding="utf-8"))
+        name, version = meta["Name"], meta["Version"]
+        cname = conda_name(name)
+        (dist / "direct_url.json").unlink(missing_ok=True)
+        record = dist / "RECORD"
+        rows = [r for r in record.read_text().splitlines() if r and not r.split(",")[0].endswith("direct_url.json")]
+        record.write_text("\n".join(rows) + "\n")
+        files = []
+        for row in rows:
+            rel = row.rsplit(",", 2)[0]
+            src = (sp / rel).resolve()
+            if not src.is_file() or "__pycache__" in rel:
+                continue
+            dest = src.relative_to(prefix.resolve())
+            if dest.parts[0] == "bin":
+                relocatable_script(src)
+            files.append(b.rb.FileEntry.from_paths(src, dest))
+        depends = [python_pin] + conda_depends(meta.get_all("Requires-Dist") or [], mm)
+        public = version.split("+")[0]
+        build = f"cpu_{STANDIN}_0" if cname == "pytorch" else f"{STANDIN}_0"
+        b.package(cname, public, build, files=files, depends=depends,
+                  summary=f"{name} {version} repackaged from its PyPI wheel")
+        log(f"  {cname} {public} {build} ({len(files)} files)")
+
+
+def build_binary_wheel_packages(b: Builder) -> None:
+    """cmake and ninja: the binaries shipped inside their PyPI wheels, laid out at the prefix root."""
+    wheels = b.work / "wheels-bin"
+    wheels.mkdir(parents=True, exist_ok=True)
+    run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps", "--dest", str(wheels),
+         *BINARY_WHEELS.values()])
+    for name, pin in BINARY_WHEELS.items():
+        version = pin.split("==")[1]
+        whl = next(wheels.glob(f"{name}-{version}-*.whl"))
+        d = b.stage(name)
+        with zipfile.ZipFile(whl) as z:
+            for info in z.infolist():
+                # cmake ships an install tree under cmake/data/, ninja its binary as a wheel script
+                for prefix, dest in ((f"{name}/data/", ""), (f"{name}-{version}.data/scripts/", "bin/")):
+                    if info.filename.startswith(prefix) and not info.is_dir():
+                        break
+                else:
+                    continue
+                target = d / (dest + info.filename[len(prefix):])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                target.chmod(((info.external_attr >> 16) & 0o777) or 0o644)
+        if not (d / "bin" / name).exists():
+            raise ChannelError(f"{whl.name} has no {name} binary")
+        b.package(name, version, f"{STANDIN}_0", files_dir=d,
+                  summary=f"the {name} binary from the {whl.name} wheel")
+        log(f"  {name} {version}")
+
+
+def activation(name: str, exports: dict[str, str]) -> dict[str, str]:
+    lines = [f"# {name}: offline stand-in, points at tools installed on this machine"]
+    lines += [f'export {k}="{v}"' for k, v in exports.items()]
+    return {f"etc/conda/activate.d/activate-{name}.sh": "\n".join(lines) + "\n"}
+
+
+def build_toolchain(b: Builder, tools: dict) -> None:
+    gcc_major = tools["gcc_version"].split(".")[0]
+    b.file_package("gcc_linux-64", tools["gcc_version"], f"{STANDIN}_0",
+                   activation("gcc_linux-64", {"CC": tools["gcc"], "CC_FOR_BUILD": tools["gcc"]}),
+                   summary=f"activation script exporting CC={tools['gcc']}")
+    b.file_package("gxx_linux-64", tools["gxx_version"], f"{STANDIN}_0",
+                   activation("gxx_linux-64", {"CXX": tools["gxx"], "CXX_FOR_BUILD": tools["gxx"]}),
+                   depends=[f"gcc_linux-64 {tools['gcc_version']}"],
+                   summary=f"activation script exporting CXX={tools['gxx']}")
+    b.file_package("sysroot_linux-64", tools["glibc"], f"{STANDIN}_0",
+                   {"share/doc/sysroot_linux-64/README.offline-standin":
+                        f"No sysroot is shipped: the build links against this machine's glibc {tools['glibc']}.\n"},
+                   summary="empty placeholder for stdlib('c')")
+    for cv in CUDA_VERSIONS:
+        b.file_package("cuda-version", cv, f"{STANDIN}_0",
+                       {f"share/doc/cuda-version/README.{cv}": f"cuda-version {cv} metapackage stand-in\n"},
+                       constrains=[f"__cuda >={cv.split('.')[0]}"], summary=f"cuda-version {cv} metapackage")
+    if tools["nvcc"]:
+        v = tools["nvcc_version"]
+        b.file_package("cuda-nvcc_linux-64", v, f"{STANDIN}_0",
+                       activation("cuda-nvcc_linux-64", {"CUDA_HOME": str(CUDA_HOME), "CUDACXX": tools["nvcc"],
+                                                         "NVCC": tools["nvcc"]}),
+                       depends=[f"cuda-version >={v},<{int(v.split('.')[0]) + 1}"],
+                       summary=f"activation script exporting CUDACXX={tools['nvcc']}")
+    else:
+        log(f"no nvcc under {CUDA_HOME}: cuda-nvcc_linux-64 stand-in skipped")
+    return gcc_major
+
+
+def write_variants(channel: Path, tools: dict, python_version: str) -> Path:
+    """The variant overrides that make conda_build_config.yaml's keys match the stand-ins."""
+    mm = ".".join(python_version.split(".")[:2])
+    gcc_major = tools["gcc_version"].split(".")[0]
+    text = f"""\
+# Generated by tools/offline_channel.py for the OFFLINE STAND-IN channel next to this file.
+# Layered over conda_build_config.yaml: it replaces the conda-forge compiler, sysroot, python and
+# pytorch versions by what the stand-ins on this machine provide. Only the cpu variant can be built
+# offline (no CUDA pytorch exists here); the CUDA rows are kept so the zip stays the same length.
+c_compiler_version:
+  - {gcc_major}
+  - {gcc_major}
+  - {gcc_major}
+cxx_compiler_version:
+  - {gcc_major}
+  - {gcc_major}
+  - {gcc_major}
+c_stdlib_version:
+  - "{tools['glibc']}"
+  - "{tools['glibc']}"
+  - "{tools['glibc']}"
+python:
+  - "{mm}.* *_cpython"
+pytorch:
+  - "{TORCH_VERSION.rsplit('.', 1)[0]}"
+"""
+    path = channel / "offline_variants.yaml"
+    path.write_text(text)
+    return path
+
+
+async def _index(channel: Path) -> None:
+    rattler, _ = _rattler()
+    await rattler.index.index_fs(channel, write_shards=False)  # every subdir, noarch included
+
+
+def ensure_channel(channel: Path = DEFAULT_CHANNEL, force: bool = False) -> tuple[Path, Path]:
+    """Build (or reuse) the stand-in channel; returns (channel dir, offline variant file)."""
+    channel = Path(channel).resolve()
+    tools = system_tools()
+    whl = torch_wheel()
+    fp = fingerprint(tools, whl)
+    stamp = channel / "STANDIN-CHANNEL.json"
+    variants = channel / "offline_variants.yaml"
+    if not force and stamp.exists() and variants.exists():
+        try:
+            if json.loads(stamp.read_text()).get("fingerprint") == fp:
+                log(f"reusing {channel} (fingerprint {fp}; --force rebuilds)")
+                return channel, variants
+        except json.JSONDecodeError:
+            pass
+    t0 = time.time()
+    log(f"building stand-in channel at {channel}")
+    shutil.rmtree(channel, ignore_errors=True)
+    (channel / SUBDIR).mkdir(parents=True)
+    (channel / "noarch").mkdir()
+    work = channel.parent / (channel.name + "-work")
+    shutil.rmtree(work / "stage", ignore_errors=True)
+    b = Builder(channel, work)
+    python_version = build_python(b)
+    log(f"  python {python_version} (venv of {os.path.realpath(sys._base_executable)})")
+    build_python_packages(b, whl, python_version)
+    build_binary_wheel_packages(b)
+    build_toolchain(b, tools)
+    log("indexing")
+    asyncio.run(_index(channel))
+    variants = write_variants(channel, tools, python_version)
+    stamp.write_text(json.dumps({
+        "fingerprint": fp, "packages": sorted(b.made), "tools": tools, "torch_wheel": str(whl),
+        "note": "stand-in packages made by tools/offline_channel.py; not conda-forge packages"}, indent=1))
+    shutil.rmtree(work / "stage", ignore_errors=True)
+    log(f"done: {len(b.made)} packages in {time.time() - t0:.0f} s; variant overrides in {variants}")
+    return channel, variants
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--channel", type=Path, default=DEFAULT_CHANNEL, help="channel folder (default: %(default)s)")
+    ap.add_argument("--force", action="store_true", help="rebuild even if the channel is up to date")
+    args = ap.parse_args(argv)
+    try:
+        channel, variants = ensure_channel(args.channel, args.force)
+    except ChannelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"channel:  {channel.as_uri()}\nvariants: {variants}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
