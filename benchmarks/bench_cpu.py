@@ -1,0 +1,185 @@
+"""CPU benchmark of torch_segops against torch-native alternatives (and pytorch_scatter if installed).
+
+    python benchmarks/bench_cpu.py                 # full shapes (a few minutes, ~3 GB RAM)
+    python benchmarks/bench_cpu.py --quick         # small shapes, < 20 s
+    python benchmarks/bench_cpu.py --threads 1 --markdown benchmarks/results/cpu-<machine>.md
+
+Per shape and op: median time after warmup of torch_segops, torch.segment_reduce(offsets=...),
+scatter_reduce_ / index_add_ with a precomputed row->segment index (not timed), torch_scatter
+(column dropped when not installed), and src.sum() on the same tensor as the machine's read
+bandwidth. Ratios: speedup of torch_segops over the fastest torch-native alternative, and
+torch_segops GB/s (src + out + indptr bytes) as a percentage of the same run's read GB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
+
+import torch_segops as so  # noqa: E402
+
+NATIVE = ("torch.segment_reduce", "scatter_reduce_", "index_add_", "index_select", "repeat_interleave",
+          "index ops")
+
+
+def _alternatives(op, src, indptr, index, n_seg, lengths):
+    """name -> zero-argument callable computing the same result with another implementation."""
+    rows = src.size(0)
+    feat = src.shape[1:]
+    # scatter_reduce_ needs the index in src's shape: a stride-0 expanded view, no copy
+    idx_x = index.view(-1, *[1] * len(feat)).expand(index.numel(), *feat) if feat else index
+    zeros = lambda: torch.zeros((n_seg, *feat), dtype=src.dtype)  # noqa: E731
+    alts = {}
+    if op in ("sum", "mean", "max"):
+        alts["torch.segment_reduce"] = lambda: torch.segment_reduce(src, op, offsets=indptr, axis=0, unsafe=True)
+    if op == "sum":
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "sum", include_self=False)
+        alts["index_add_"] = lambda: zeros().index_add_(0, index, src)
+    elif op == "mean":
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "mean", include_self=False)
+        counts = lengths.clamp(min=1).to(src.dtype).view(-1, *[1] * len(feat))
+        alts["index_add_"] = lambda: zeros().index_add_(0, index, src).div_(counts)
+    elif op == "max":
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
+    elif op == "gather":
+        alts["index_select"] = lambda: src.index_select(0, index)
+        alts["repeat_interleave"] = lambda: src.repeat_interleave(lengths, dim=0, output_size=int(indptr[-1]))
+    elif op == "softmax":
+        def index_ops():  # the usual scatter-based segment softmax: 4 passes + 2 gathers
+            m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
+            e = (src - m.index_select(0, index)).exp_()
+            s = zeros().index_add_(0, index, e)
+            return e.div_(s.index_select(0, index))
+        alts["index ops"] = index_ops
+    if C.torch_scatter is not None:
+        ts = C.torch_scatter
+        if op in ("sum", "mean", "max"):
+            alts["torch_scatter"] = lambda: ts.segment_csr(src, indptr, reduce=op)
+        elif op == "gather":
+            alts["torch_scatter"] = lambda: ts.gather_csr(src, indptr)
+        elif op == "softmax":
+            from torch_scatter.composite import scatter_softmax
+            alts["torch_scatter"] = lambda: scatter_softmax(src, index, dim=0)
+    return alts
+
+
+def _segops(op, src, indptr):
+    if op in ("sum", "mean"):
+        return lambda: so.segment_csr(src, indptr, reduce=op)
+    if op == "max":
+        return lambda: so.segment_max_csr(src, indptr)
+    if op == "gather":
+        return lambda: so.gather_csr(src, indptr)
+    if op == "softmax":
+        return lambda: so.segment_softmax_csr(src, indptr)
+    raise ValueError(op)
+
+
+def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, reps, warmup, max_seconds, seed=0):
+    src, indptr = C.make_input(rows, feat, n_seg, dtype, segmentation, seed=seed)
+    lengths = indptr[1:] - indptr[:-1]
+    index = C.index_from_indptr(indptr)
+    time_kw = dict(repeats=reps, warmup=warmup, max_seconds=max_seconds)
+    out_rows = []
+    for op in ops:
+        if op == "gather":
+            op_src = torch.randn((n_seg, feat) if feat else (n_seg,), dtype=torch.float32).to(dtype)
+        else:
+            op_src = src
+        fn = _segops(op, op_src, indptr)
+        result = fn()
+        outs = result if isinstance(result, tuple) else (result,)  # max writes values and arg
+        # read bandwidth on the big tensor of this op: src for reductions/softmax, the output for gather
+        big = outs[0] if op == "gather" else op_src
+        read_t = C.median_time(lambda: big.sum(), **time_kw)
+        seg_t = C.median_time(fn, **time_kw)
+        alts = {name: C.try_time(alt, **time_kw) for name, alt in
+                _alternatives(op, op_src, indptr, index, n_seg, lengths).items()}
+        out_rows.append(C.Row(
+            shape=label, op=op, dtype=str(dtype).replace("torch.", ""),
+            nbytes=C.nbytes(op_src, indptr, *outs), src_bytes=C.nbytes(big),
+            segops=seg_t, read=read_t, alternatives=alts, native=NATIVE,
+        ))
+        print(f"  done: {label} {op} {dtype}", file=sys.stderr, flush=True)
+        del result, outs, big
+    return out_rows
+
+
+FULL = [
+    # label, rows, feat, n_seg, segmentation, {dtype: ops}
+    ("2M x 64, 100k random segments", 2_000_000, 64, 100_000, "random",
+     {torch.float32: ["sum", "mean", "max", "gather", "softmax"], torch.bfloat16: ["sum"]}),
+    ("20M x 1, 1M random segments", 20_000_000, 1, 1_000_000, "random",
+     {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
+    ("4M x 16, 4 skewed segments", 4_000_000, 16, 4, "skewed",
+     {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
+]
+QUICK = [
+    ("200k x 64, 10k random segments", 200_000, 64, 10_000, "random",
+     {torch.float32: ["sum", "mean", "max", "gather", "softmax"], torch.bfloat16: ["sum"]}),
+    ("2M x 1, 100k random segments", 2_000_000, 1, 100_000, "random", {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
+    ("400k x 16, 4 skewed segments", 400_000, 16, 4, "skewed", {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
+]
+
+NOTES = """\
+- Times are medians after warmup; GB/s = (src + out + indptr bytes) / time (max also writes its int64 arg;
+  gather's src is the per-segment tensor and its out the expanded one).
+- "read GB/s" is `x.sum()` on the op's big tensor in the same run (src; for gather the output), i.e.
+  what this machine can stream; "segops % of read" compares torch_segops' GB/s with it.
+- "speedup vs best native" = fastest torch-native alternative time / torch_segops time (torch_scatter is
+  not native and is shown for reference only). Native alternatives get a precomputed row->segment index
+  (not timed); scatter_reduce_ reads it as a stride-0 expanded view. torch_segops max also returns argmax,
+  which torch.segment_reduce and scatter_reduce_ do not.
+- n/a: the alternative does not support this input.
+"""
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small shapes (< 20 s), for a demo")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (default: torch's)")
+    p.add_argument("--reps", type=int, default=None, help="timed repeats per measurement (median)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the table as markdown to FILE")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cases = QUICK if args.quick else FULL
+    reps = args.reps or (3 if args.quick else 5)
+    warmup = 1 if args.quick else 2
+    max_seconds = 1.0 if args.quick else 15.0
+
+    env = C.environment("cpu")
+    for k, v in env.items():
+        print(f"{k}: {v}")
+    rows = []
+    for label, n, f, s, segm, per_dtype in cases:
+        for dtype, ops in per_dtype.items():
+            rows += run_case(label, n, f, s, segm, dtype, ops, reps, warmup, max_seconds)
+    columns = []
+    for r in rows:
+        for name in r.alternatives:
+            if name not in columns:
+                columns.append(name)
+    print()
+    print(C.table(rows, columns))
+    print()
+    print(NOTES)
+    if args.markdown:
+        mode = "quick" if args.quick else "full"
+        with open(args.markdown, "w") as fh:
+            fh.write(f"# torch_segops CPU benchmark ({mode})\n\n")
+            for k, v in env.items():
+                fh.write(f"- {k}: {v}\n")
+            fh.write(f"- command: `python benchmarks/bench_cpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n")
+            fh.write(C.table(rows, columns, markdown=True) + "\n\n" + NOTES)
+        print(f"markdown written to {args.markdown}")
+
+
+if __name__ == "__main__":
+    main()

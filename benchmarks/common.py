@@ -1,0 +1,189 @@
+"""Shared benchmark helpers (CPU now, reused by the GPU benchmark): inputs, timing, bandwidth, tables.
+
+Bytes counted for an op = bytes of src + bytes of the output + bytes of indptr (what an ideal
+single-pass kernel must move). GB/s = bytes / median time (1 GB = 1e9 bytes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+try:  # optional competitor
+    import torch_scatter  # type: ignore
+except Exception:  # noqa: BLE001  (any import failure just removes the column)
+    torch_scatter = None
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- inputs ------------------------------------------------------------------------------------------
+
+def random_indptr(rows: int, n_seg: int, gen: torch.Generator) -> torch.Tensor:
+    """n_seg segments covering [0, rows) with uniformly random cut points (some segments empty)."""
+    cuts = torch.randint(0, rows + 1, (n_seg - 1,), generator=gen).sort().values
+    return torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.full((1,), rows, dtype=torch.long)])
+
+
+def skewed_indptr(rows: int, n_seg: int) -> torch.Tensor:
+    """n_seg segments with geometrically shrinking sizes (half of the rows in the first segment, ...)."""
+    sizes = [rows >> (i + 1) for i in range(n_seg - 1)]
+    sizes.append(rows - sum(sizes))
+    sizes.sort(reverse=True)
+    return torch.tensor([0] + sizes, dtype=torch.long).cumsum(0)
+
+
+def make_input(rows: int, feat: int, n_seg: int, dtype: torch.dtype, segmentation: str = "random",
+               device: str = "cpu", seed: int = 0):
+    """(src [rows, feat] or [rows] when feat == 0, indptr [n_seg + 1]) on `device`."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = (rows, feat) if feat else (rows,)
+    src = torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    indptr = random_indptr(rows, n_seg, gen) if segmentation == "random" else skewed_indptr(rows, n_seg)
+    return src.to(device), indptr.to(device)
+
+
+def index_from_indptr(indptr: torch.Tensor) -> torch.Tensor:
+    """Segment id of every row in [indptr[0], indptr[-1])."""
+    lengths = indptr[1:] - indptr[:-1]
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=indptr.device), lengths)
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# ---- timing -----------------------------------------------------------------------------------------
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 2, device: str = "cpu",
+                max_seconds: float = 20.0) -> float:
+    """Median wall time of fn() in seconds, after `warmup` untimed calls. Stops repeating early (but
+    after at least 3 timed calls) once `max_seconds` were spent, so slow alternatives stay bounded."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    start = time.perf_counter()
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 3 and time.perf_counter() - start > max_seconds:
+            break
+    return statistics.median(times)
+
+
+def try_time(fn: Callable[[], object], **kw) -> Optional[float]:
+    """median_time, or None when the alternative does not support this input (reported as n/a)."""
+    try:
+        return median_time(fn, **kw)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+# ---- results ----------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    shape: str
+    op: str
+    dtype: str
+    nbytes: int  # src + out + indptr
+    src_bytes: int
+    segops: float  # seconds
+    read: float  # seconds of src.sum() on the same src
+    alternatives: dict = field(default_factory=dict)  # name -> seconds or None (n/a)
+    native: tuple = ()  # names in `alternatives` that count as torch-native
+
+    def gbps(self, t: Optional[float]) -> Optional[float]:
+        return None if not t else self.nbytes / t / 1e9
+
+    def fastest_native(self):
+        ts = [(self.alternatives[n], n) for n in self.native if self.alternatives.get(n)]
+        return min(ts) if ts else (None, None)
+
+
+def _fmt_time(t: Optional[float]) -> str:
+    if t is None:
+        return "n/a"
+    return f"{t * 1e3:.2f} ms" if t >= 1e-3 else f"{t * 1e6:.0f} us"
+
+
+def table(rows: list[Row], columns: list[str], markdown: bool = False) -> str:
+    """Text (aligned) or markdown table: per row segops time and GB/s, each alternative's time,
+    segops speedup over the fastest native alternative, read bandwidth and segops as % of it."""
+    header = ["shape", "op", "dtype", "torch_segops", "GB/s"] + columns + [
+        "speedup vs best native", "read GB/s (src.sum)", "segops % of read"]
+    body = []
+    for r in rows:
+        best_t, best_name = r.fastest_native()
+        seg_gbps = r.gbps(r.segops)
+        read_gbps = (r.src_bytes / r.read / 1e9) if r.read else None
+        body.append([
+            r.shape, r.op, r.dtype, _fmt_time(r.segops), f"{seg_gbps:.1f}",
+            *[_fmt_time(r.alternatives.get(c)) if c in r.alternatives else "-" for c in columns],
+            f"{best_t / r.segops:.2f}x ({best_name})" if best_t else "n/a",
+            f"{read_gbps:.1f}" if read_gbps else "n/a",
+            f"{100 * seg_gbps / read_gbps:.0f}%" if read_gbps else "n/a",
+        ])
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(b) + " |" for b in body]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    fmt = lambda cells: "  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(b) for b in body])
+
+
+# ---- machine description ----------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment(device: str = "cpu") -> dict:
+    import torch_segops
+
+    env = {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "cpu": f"{cpu_model()} ({os.cpu_count()} logical cores)",
+        "torch threads": str(torch.get_num_threads()),
+        "torch": torch.__version__,
+        "torch_segops": f"{torch_segops.__version__} ({torch_segops.build_info().get('variant')}), git {git_commit()}",
+        "torch_scatter": getattr(torch_scatter, "__version__", "installed") if torch_scatter else "not installed",
+    }
+    if device.startswith("cuda"):
+        env["gpu"] = torch.cuda.get_device_name()
+    return env
