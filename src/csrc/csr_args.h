@@ -1,0 +1,129 @@
+// Argument checks and the flattened [B, N, F] view shared by every backend (host code only).
+//
+// src is viewed as [B, N, F]: B = prod(src.shape[:dim]), N = src.size(dim), F = prod(src.shape[dim+1:]),
+// with dim = indptr.dim() - 1. indptr is viewed as one row of S + 1 offsets per batch b; leading dims
+// of size 1 broadcast, so several batches may share a row (batch_offset[b] says which).
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include "reducers.h"
+
+namespace torch_segops {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+template <typename... Args>
+[[noreturn]] inline void fail(const char* op, Args&&... args) {
+  std::ostringstream os;
+  os << "torch_segops." << op << ": ";
+  (os << ... << args);
+  throw std::runtime_error(os.str());
+}
+
+#define SEGOPS_CHECK(cond, op, ...) \
+  do {                              \
+    if (!(cond)) {                  \
+      ::torch_segops::fail(op, __VA_ARGS__); \
+    }                               \
+  } while (0)
+
+inline Reduce parse_reduce(const std::string& reduce, const char* op) {
+  if (reduce == "sum" || reduce == "add") return Reduce::Sum;
+  if (reduce == "mean") return Reduce::Mean;
+  if (reduce == "min") return Reduce::Min;
+  if (reduce == "max") return Reduce::Max;
+  if (reduce == "logsumexp") return Reduce::LogSumExp;
+  fail(op, "reduce must be one of 'sum', 'add', 'mean', 'min', 'max', 'logsumexp', got '", reduce, "'");
+}
+
+struct CsrArgs {
+  Tensor src;     // contiguous
+  Tensor indptr;  // contiguous int64, rows of S + 1 offsets
+  int64_t dim = 0, B = 1, N = 0, S = 0, F = 1;
+  std::vector<int64_t> batch_offset;  // element offset of batch b's row in indptr
+  int64_t indptr_rows = 0;            // distinct rows held by indptr
+};
+
+template <typename T> struct TypeTag { using type = T; };
+
+// Calls f(TypeTag<scalar_t>{}) for the supported dtypes; integer dtypes only when allow_int.
+template <typename F>
+void dispatch_dtype(ScalarType t, bool allow_int, const char* op, const char* arg, F&& f) {
+  switch (t) {
+    case ScalarType::Float: return f(TypeTag<float>{});
+    case ScalarType::Double: return f(TypeTag<double>{});
+    case ScalarType::Half: return f(TypeTag<torch::headeronly::Half>{});
+    case ScalarType::BFloat16: return f(TypeTag<torch::headeronly::BFloat16>{});
+    case ScalarType::Int:
+      if (allow_int) return f(TypeTag<int32_t>{});
+      break;
+    case ScalarType::Long:
+      if (allow_int) return f(TypeTag<int64_t>{});
+      break;
+    default:
+      break;
+  }
+  fail(op, arg, " has unsupported dtype ", torch::headeronly::toString(t), "; supported: float16, bfloat16, float32, float64",
+       allow_int ? ", int32, int64" : " (integer dtypes only for sum, min, max and gather)");
+}
+
+// Checks shapes, dtypes and devices (not the offsets themselves: that is backend work, see
+// validate_indptr in each backend). `src` has one row per segment when rows_are_segments (gather).
+inline CsrArgs make_csr_args(const Tensor& src, const Tensor& indptr, const char* op, const char* src_name = "src") {
+  SEGOPS_CHECK(indptr.scalar_type() == ScalarType::Long || indptr.scalar_type() == ScalarType::Int, op,
+               "indptr must be int64 or int32, got ", torch::headeronly::toString(indptr.scalar_type()));
+  SEGOPS_CHECK(indptr.dim() >= 1, op, "indptr must have at least one dimension, got a 0-dim tensor");
+  SEGOPS_CHECK(indptr.dim() <= src.dim(), op, "indptr has ", indptr.dim(), " dims but ", src_name, " only ", src.dim(),
+               "; reduction is along dim indptr.dim() - 1 of ", src_name);
+  SEGOPS_CHECK(indptr.size(-1) >= 1, op, "indptr must hold at least one offset (its last dim is empty)");
+  SEGOPS_CHECK(indptr.get_device_index() == src.get_device_index() && indptr.is_cuda() == src.is_cuda(), op,
+               "indptr and ", src_name, " must be on the same device");
+  CsrArgs a;
+  a.dim = indptr.dim() - 1;
+  for (int64_t d = 0; d < a.dim; ++d) {
+    SEGOPS_CHECK(indptr.size(d) == 1 || indptr.size(d) == src.size(d), op, "indptr.size(", d, ") = ", indptr.size(d),
+                 " does not match ", src_name, ".size(", d, ") = ", src.size(d), " (must be equal or 1 to broadcast)");
+    a.B *= src.size(d);
+  }
+  a.N = src.size(a.dim);
+  a.S = indptr.size(-1) - 1;
+  for (int64_t d = a.dim + 1; d < src.dim(); ++d) a.F *= src.size(d);
+  a.src = torch::stable::contiguous(src);
+  a.indptr = indptr.scalar_type() == ScalarType::Long
+                 ? torch::stable::contiguous(indptr)
+                 : torch::stable::contiguous(torch::stable::to(indptr, ScalarType::Long));
+  a.indptr_rows = a.S + 1 > 0 ? indptr.numel() / (a.S + 1) : 0;
+  // Batch b -> its indptr row, honouring size-1 (broadcast) leading dims of indptr.
+  a.batch_offset.resize(static_cast<size_t>(a.B));
+  std::vector<int64_t> idx(static_cast<size_t>(a.dim), 0);
+  for (int64_t b = 0; b < a.B; ++b) {
+    int64_t row = 0;
+    for (int64_t d = 0; d < a.dim; ++d) row = row * indptr.size(d) + (indptr.size(d) == 1 ? 0 : idx[d]);
+    a.batch_offset[b] = row * (a.S + 1);
+    for (int64_t d = a.dim - 1; d >= 0; --d) {  // odometer over src's leading dims
+      if (++idx[d] < src.size(d)) break;
+      idx[d] = 0;
+    }
+  }
+  return a;
+}
+
+// src's shape with the reduced dim replaced by `n`.
+inline std::vector<int64_t> sizes_with_dim(const Tensor& t, int64_t dim, int64_t n) {
+  std::vector<int64_t> s(t.sizes().begin(), t.sizes().end());
+  s[dim] = n;
+  return s;
+}
+
+}  // namespace torch_segops

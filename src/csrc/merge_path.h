@@ -1,0 +1,34 @@
+// Merge-path partitioning of a CSR segmentation (Merrill & Garland, "Merge-based parallel sparse
+// matrix-vector multiplication", SC'16): the work list is the merge of the S segment ends with the
+// nnz rows, so a fixed number of items per chunk balances many tiny, empty and huge segments alike.
+#pragma once
+
+#include <cstdint>
+
+#include "reducers.h"  // SEGOPS_HD
+
+namespace torch_segops {
+
+struct MergeCoord {
+  int64_t seg;  // segment ends consumed before this point
+  int64_t row;  // rows consumed before this point (relative to indptr[0])
+};
+
+// Split point of diagonal `diag` (0 <= diag <= S + nnz). `indptr` points at the S + 1 offsets of one
+// batch; base = indptr[0]. Segment end k sits before row j in the merge iff indptr[k + 1] - base <= j.
+SEGOPS_HD MergeCoord merge_path_search(const int64_t* indptr, int64_t S, int64_t nnz, int64_t diag) {
+  const int64_t base = indptr[0];
+  int64_t lo = diag > nnz ? diag - nnz : 0;
+  int64_t hi = diag < S ? diag : S;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (indptr[mid + 1] - base <= diag - mid - 1) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return {lo, diag - lo};
+}
+
+}  // namespace torch_segops

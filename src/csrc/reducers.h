@@ -1,0 +1,122 @@
+// Reduction policies shared by the CPU and CUDA kernels.
+//
+// A reducer has a State, an identity, step (fold one value in), merge (combine two partial states,
+// order-independent for ties: the smaller position wins) and finalize (count == 0 -> empty segment).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
+
+#if defined(__CUDACC__)
+#define SEGOPS_HD __host__ __device__ __forceinline__
+#else
+#define SEGOPS_HD inline
+#endif
+
+namespace torch_segops {
+
+enum class Reduce : int { Sum, Mean, Min, Max, LogSumExp };
+
+// Accumulation type: float16/bfloat16 accumulate in float32, int32 in int64.
+template <typename T> struct AccType { using type = T; };
+template <> struct AccType<torch::headeronly::Half> { using type = float; };
+template <> struct AccType<torch::headeronly::BFloat16> { using type = float; };
+template <> struct AccType<int32_t> { using type = int64_t; };
+template <typename T> using acc_t = typename AccType<T>::type;
+
+template <typename A> SEGOPS_HD bool is_nan(A x) {
+  if constexpr (std::is_floating_point_v<A>) {
+    return x != x;
+  } else {
+    return false;
+  }
+}
+
+template <typename A> struct SumOp {
+  struct State { A v; };
+  static constexpr bool kHasArg = false;
+  SEGOPS_HD static State identity() { return {A(0)}; }
+  SEGOPS_HD static void step(State& s, A x, int64_t) { s.v += x; }
+  SEGOPS_HD static void merge(State& a, const State& b) { a.v += b.v; }
+  SEGOPS_HD static A finalize(const State& s, int64_t) { return s.v; }
+};
+
+template <typename A> struct MeanOp : SumOp<A> {
+  using State = typename SumOp<A>::State;
+  SEGOPS_HD static A finalize(const State& s, int64_t count) {
+    return count > 0 ? s.v / static_cast<A>(count) : A(0);
+  }
+};
+
+// kNoArg marks a state that has seen no value; NaN propagates (the first NaN wins).
+template <typename A, bool kIsMax> struct ArgExtremumOp {
+  struct State { A v; int64_t arg; };
+  static constexpr bool kHasArg = true;
+  static constexpr int64_t kNoArg = std::numeric_limits<int64_t>::max();
+  SEGOPS_HD static bool better(A x, A than) { return kIsMax ? x > than : x < than; }
+  SEGOPS_HD static State identity() { return {A(0), kNoArg}; }
+  SEGOPS_HD static void step(State& s, A x, int64_t pos) {
+    if (s.arg == kNoArg || (!is_nan(s.v) && (better(x, s.v) || is_nan(x)))) {
+      s.v = x;
+      s.arg = pos;
+    }
+  }
+  SEGOPS_HD static void merge(State& a, const State& b) {
+    if (b.arg == kNoArg) return;
+    bool take;
+    if (a.arg == kNoArg) {
+      take = true;
+    } else if (is_nan(a.v) || is_nan(b.v)) {
+      take = is_nan(b.v) && (!is_nan(a.v) || b.arg < a.arg);
+    } else {
+      take = better(b.v, a.v) || (b.v == a.v && b.arg < a.arg);
+    }
+    if (take) a = b;
+  }
+  SEGOPS_HD static A finalize(const State& s, int64_t count) { return count > 0 ? s.v : A(0); }
+};
+
+// Running (max, sum of exp(x - max)); one pass, exp per element.
+template <typename A> struct LogSumExpOp {
+  struct State { A m; A s; };
+  static constexpr bool kHasArg = false;
+  SEGOPS_HD static State identity() { return {-std::numeric_limits<A>::infinity(), A(0)}; }
+  SEGOPS_HD static void step(State& st, A x, int64_t) {
+    if (x > st.m) {
+      st.s = st.s * std::exp(st.m - x) + A(1);
+      st.m = x;
+    } else if (x == st.m) {
+      st.s += A(1);  // also keeps (-inf, -inf) and (inf, inf) away from exp(nan)
+    } else {
+      st.s += std::exp(x - st.m);
+    }
+  }
+  SEGOPS_HD static void merge(State& a, const State& b) {
+    const A m = a.m > b.m ? a.m : b.m;
+    if (m == -std::numeric_limits<A>::infinity()) {
+      a.s += b.s;
+    } else {
+      const A sa = a.s == A(0) ? A(0) : a.s * std::exp(a.m - m);
+      const A sb = b.s == A(0) ? A(0) : b.s * std::exp(b.m - m);
+      a.s = sa + sb;
+      a.m = m;
+    }
+  }
+  SEGOPS_HD static A finalize(const State& st, int64_t count) {
+    return count > 0 ? st.m + std::log(st.s) : A(0);
+  }
+};
+
+template <Reduce R, typename A> struct ReducerFor;
+template <typename A> struct ReducerFor<Reduce::Sum, A> { using type = SumOp<A>; };
+template <typename A> struct ReducerFor<Reduce::Mean, A> { using type = MeanOp<A>; };
+template <typename A> struct ReducerFor<Reduce::Min, A> { using type = ArgExtremumOp<A, false>; };
+template <typename A> struct ReducerFor<Reduce::Max, A> { using type = ArgExtremumOp<A, true>; };
+template <typename A> struct ReducerFor<Reduce::LogSumExp, A> { using type = LogSumExpOp<A>; };
+
+}  // namespace torch_segops

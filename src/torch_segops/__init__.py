@@ -1,0 +1,56 @@
+"""torch_segops: fast, load-balanced CSR segment operations for PyTorch.
+
+API-compatible with pytorch_scatter's ``segment_csr`` / ``gather_csr`` (switch by import), plus
+segment softmax/logsumexp. The compiled ops live under ``torch.ops.torch_segops``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ._library import LibraryLoadError, build_info, library_path, load
+
+
+def _doctor_is_starting() -> bool:
+    # `python -m torch_segops.doctor` and the console script must run even when the library is broken.
+    argv = getattr(sys, "orig_argv", sys.argv)
+    return "torch_segops.doctor" in argv or os.path.basename(sys.argv[0] or "") == "torch-segops-doctor"
+
+
+try:
+    load()
+    __version__: str = build_info()["version"]
+except LibraryLoadError:
+    if not _doctor_is_starting():
+        raise
+    __version__ = "unknown"
+else:
+    from . import _registrations  # noqa: F401  (fake kernels and autograd)
+    from .ops import (
+        gather_csr,
+        segment_add_csr,
+        segment_csr,
+        segment_logsumexp_csr,
+        segment_max_csr,
+        segment_mean_csr,
+        segment_min_csr,
+        segment_softmax_csr,
+        segment_sum_csr,
+    )
+
+__all__ = [
+    "LibraryLoadError",
+    "__version__",
+    "build_info",
+    "gather_csr",
+    "library_path",
+    "segment_add_csr",
+    "segment_csr",
+    "segment_logsumexp_csr",
+    "segment_max_csr",
+    "segment_mean_csr",
+    "segment_min_csr",
+    "segment_softmax_csr",
+    "segment_sum_csr",
+]

@@ -1,0 +1,134 @@
+"""Fake (meta) kernels and autograd formulas of the torch_segops ops, next to the public wrappers."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_ops = torch.ops.torch_segops
+_LIB = "torch_segops::"
+
+
+def _reduced_shape(src: Tensor, indptr: Tensor, n) -> list:
+    shape = list(src.shape)
+    shape[indptr.dim() - 1] = n
+    return shape
+
+
+# ---- fake kernels (shapes only; used by torch.compile, export and opcheck) --------------------------
+
+
+@torch.library.register_fake(_LIB + "segment_reduce")
+def _segment_reduce_fake(src: Tensor, indptr: Tensor, reduce: str):
+    torch._check(indptr.dim() >= 1 and indptr.dim() <= src.dim(), lambda: "torch_segops: bad indptr dims")
+    shape = _reduced_shape(src, indptr, indptr.shape[-1] - 1)
+    out = src.new_empty(shape)
+    arg_shape = shape if reduce in ("min", "max") else [0]
+    return out, src.new_empty(arg_shape, dtype=torch.long)
+
+
+@torch.library.register_fake(_LIB + "gather_csr")
+def _gather_csr_fake(src: Tensor, indptr: Tensor, size: int):
+    if size == -1:  # data-dependent: read from indptr at run time
+        size = torch.library.get_ctx().new_dynamic_size()
+    return src.new_empty(_reduced_shape(src, indptr, size))
+
+
+@torch.library.register_fake(_LIB + "segment_softmax")
+def _segment_softmax_fake(src: Tensor, indptr: Tensor):
+    return torch.empty_like(src, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake(_LIB + "segment_softmax_backward")
+def _segment_softmax_backward_fake(grad: Tensor, out: Tensor, indptr: Tensor):
+    return torch.empty_like(out, memory_format=torch.contiguous_format)
+
+
+# ---- autograd ---------------------------------------------------------------------------------------
+
+
+def _segment_lengths(indptr: Tensor, like: Tensor) -> Tensor:
+    """Segment lengths shaped to broadcast against a reduced tensor ``like`` (features trailing)."""
+    dim = indptr.dim() - 1
+    counts = (indptr[..., 1:] - indptr[..., :-1]).clamp(min=1).to(like.dtype)
+    return counts.view(list(counts.shape) + [1] * (like.dim() - dim - 1))
+
+
+def _segment_reduce_setup(ctx, inputs, output):
+    src, indptr, reduce = inputs
+    out, arg = output
+    ctx.reduce = reduce
+    ctx.n = src.size(indptr.dim() - 1)
+    if reduce == "logsumexp":
+        ctx.save_for_backward(src, indptr, arg)
+    else:
+        ctx.save_for_backward(indptr, arg)
+
+
+def _segment_reduce_backward(ctx, grad_out, grad_arg):
+    if ctx.reduce == "logsumexp":
+        src, indptr, _ = ctx.saved_tensors
+        return _ops.segment_softmax(src, indptr) * _ops.gather_csr(grad_out, indptr, ctx.n), None, None
+    indptr, arg = ctx.saved_tensors
+    dim = indptr.dim() - 1
+    if ctx.reduce in ("sum", "add"):
+        return _ops.gather_csr(grad_out, indptr, ctx.n), None, None
+    if ctx.reduce == "mean":
+        return _ops.gather_csr(grad_out / _segment_lengths(indptr, grad_out), indptr, ctx.n), None, None
+    # min/max: the gradient flows to the arg position only; empty segments point at row n (dropped).
+    shape = list(grad_out.shape)
+    shape[dim] = ctx.n + 1
+    grad_src = grad_out.new_zeros(shape).scatter(dim, arg, grad_out)
+    return grad_src.narrow(dim, 0, ctx.n), None, None
+
+
+torch.library.register_autograd(
+    _LIB + "segment_reduce", _segment_reduce_backward, setup_context=_segment_reduce_setup
+)
+
+
+def _gather_setup(ctx, inputs, output):
+    _, indptr, _ = inputs
+    ctx.save_for_backward(indptr)
+
+
+def _gather_backward(ctx, grad):
+    (indptr,) = ctx.saved_tensors
+    return _ops.segment_reduce(grad, indptr, "sum")[0], None, None
+
+
+torch.library.register_autograd(_LIB + "gather_csr", _gather_backward, setup_context=_gather_setup)
+
+
+def _softmax_setup(ctx, inputs, output):
+    _, indptr = inputs
+    ctx.save_for_backward(output, indptr)
+
+
+def _softmax_backward(ctx, grad):
+    out, indptr = ctx.saved_tensors
+    return _ops.segment_softmax_backward(grad, out, indptr), None
+
+
+torch.library.register_autograd(_LIB + "segment_softmax", _softmax_backward, setup_context=_softmax_setup)
+
+
+def _softmax_bwd_setup(ctx, inputs, output):
+    grad, out, indptr = inputs
+    ctx.save_for_backward(grad, out, indptr)
+
+
+def _softmax_bwd_backward(ctx, gg):
+    # d/dgrad and d/dout of  y * (g - segsum(g * y))  (double backward of segment_softmax).
+    grad, out, indptr = ctx.saved_tensors
+    n = out.size(indptr.dim() - 1)
+    dot = _ops.segment_reduce(grad * out, indptr, "sum")[0]
+    gg_dot = _ops.segment_reduce(gg * out, indptr, "sum")[0]
+    d_grad = out * gg - out * _ops.gather_csr(gg_dot, indptr, n)
+    d_out = gg * (grad - _ops.gather_csr(dot, indptr, n)) - grad * _ops.gather_csr(gg_dot, indptr, n)
+    return d_grad, d_out, None
+
+
+torch.library.register_autograd(
+    _LIB + "segment_softmax_backward", _softmax_bwd_backward, setup_context=_softmax_bwd_setup
+)

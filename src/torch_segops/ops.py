@@ -1,0 +1,125 @@
+"""Public wrappers: pytorch_scatter-compatible signatures over torch.ops.torch_segops.
+
+Shapes follow pytorch_scatter: the reduction runs along ``dim = indptr.dim() - 1`` of ``src``,
+leading dims of ``indptr`` broadcast against ``src`` and trailing dims of ``src`` are features.
+Offsets are validated by the kernels (clear RuntimeError naming ``indptr``); these wrappers check
+what only Python sees (argument types, ``reduce``, ``out``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+_ops = torch.ops.torch_segops
+
+REDUCTIONS = ("sum", "add", "mean", "min", "max")
+
+
+def _check_tensors(fn: str, src, indptr) -> None:
+    if not isinstance(src, Tensor):
+        raise TypeError(f"torch_segops.{fn}: src must be a torch.Tensor, got {type(src).__name__}")
+    if not isinstance(indptr, Tensor):
+        raise TypeError(f"torch_segops.{fn}: indptr must be a torch.Tensor, got {type(indptr).__name__}")
+    if indptr.dim() == 0:
+        raise ValueError(f"torch_segops.{fn}: indptr must have at least one dimension, got a 0-dim tensor")
+    if indptr.dim() > src.dim():
+        raise ValueError(
+            f"torch_segops.{fn}: indptr has {indptr.dim()} dims but src only {src.dim()}; "
+            "the reduction runs along dim indptr.dim() - 1 of src"
+        )
+
+
+def _reduced_shape(src: Tensor, indptr: Tensor, n: int) -> list:
+    shape = list(src.shape)
+    shape[indptr.dim() - 1] = n
+    return shape
+
+
+def _write_out(fn: str, out: Optional[Tensor], result: Tensor, name: str = "out") -> Tensor:
+    """Overwrite ``out`` in full with ``result`` (never accumulate) and return it."""
+    if out is None:
+        return result
+    if not isinstance(out, Tensor):
+        raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.dtype != result.dtype:
+        raise TypeError(f"torch_segops.{fn}: {name} has dtype {out.dtype}, expected {result.dtype}")
+    if out.device != result.device:
+        raise ValueError(f"torch_segops.{fn}: {name} is on {out.device}, expected {result.device}")
+    if tuple(out.shape) != tuple(result.shape):
+        raise ValueError(f"torch_segops.{fn}: {name} has shape {tuple(out.shape)}, expected {tuple(result.shape)}")
+    return out.copy_(result)
+
+
+def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str) -> Tuple[Tensor, Tensor]:
+    _check_tensors(fn, src, indptr)
+    return _ops.segment_reduce(src, indptr, reduce)
+
+
+def segment_sum_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """Sum of each segment ``src[..., indptr[i]:indptr[i+1], ...]``; empty segments give 0."""
+    return _write_out("segment_sum_csr", out, _reduce("segment_sum_csr", src, indptr, "sum")[0])
+
+
+segment_add_csr = segment_sum_csr
+
+
+def segment_mean_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """Mean of each segment; empty segments give 0. Floating dtypes only."""
+    return _write_out("segment_mean_csr", out, _reduce("segment_mean_csr", src, indptr, "mean")[0])
+
+
+def _arg_reduce(fn: str, reduce: str, src, indptr, out) -> Tuple[Tensor, Tensor]:
+    values, arg = _reduce(fn, src, indptr, reduce)
+    return _write_out(fn, out, values), arg
+
+
+def segment_min_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """(min, argmin) per segment. argmin holds absolute positions along dim; ties take the first;
+    empty segments give value 0 and argmin ``src.size(dim)``."""
+    return _arg_reduce("segment_min_csr", "min", src, indptr, out)
+
+
+def segment_max_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """(max, argmax) per segment; see :func:`segment_min_csr`."""
+    return _arg_reduce("segment_max_csr", "max", src, indptr, out)
+
+
+def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduce: str = "sum") -> Tensor:
+    """pytorch_scatter's ``segment_csr``: reduce each CSR segment with sum/add/mean/min/max."""
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"torch_segops.segment_csr: reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    if reduce in ("min", "max"):
+        return _arg_reduce("segment_csr", reduce, src, indptr, out)[0]
+    return _write_out("segment_csr", out, _reduce("segment_csr", src, indptr, reduce)[0])
+
+
+def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, size: Optional[int] = None) -> Tensor:
+    """Repeat segment row ``src[..., i, ...]`` over output rows ``[indptr[i], indptr[i+1])``.
+
+    The output has ``size`` rows along dim: ``out.size(dim)`` when ``out`` is given, else ``size``, else
+    ``max(indptr[..., -1])``, read from indptr (a host synchronisation on the GPU: pass ``size`` or
+    ``out`` to avoid it). Rows outside ``[indptr[0], indptr[-1])`` are 0.
+    """
+    _check_tensors("gather_csr", src, indptr)
+    if out is not None and isinstance(out, Tensor):
+        n = out.size(indptr.dim() - 1) if out.dim() >= indptr.dim() else -1
+        if size is not None and size != n:
+            raise ValueError(f"torch_segops.gather_csr: size={size} disagrees with out.size(dim)={n}")
+        size = n
+    if size is not None and (not isinstance(size, (int, torch.SymInt)) or size < 0):
+        raise ValueError(f"torch_segops.gather_csr: size must be a non-negative int, got {size!r}")
+    return _write_out("gather_csr", out, _ops.gather_csr(src, indptr, -1 if size is None else size))
+
+
+def segment_softmax_csr(src: Tensor, indptr: Tensor) -> Tensor:
+    """Softmax within each segment (same shape as src); rows outside ``[indptr[0], indptr[-1])`` give 0."""
+    _check_tensors("segment_softmax_csr", src, indptr)
+    return _ops.segment_softmax(src, indptr)
+
+
+def segment_logsumexp_csr(src: Tensor, indptr: Tensor) -> Tensor:
+    """log(sum(exp(x))) of each segment, computed stably in one pass; empty segments give 0."""
+    return _reduce("segment_logsumexp_csr", src, indptr, "logsumexp")[0]
