@@ -1,0 +1,354 @@
+"""The doctor: its checks are pure functions over Facts, tested by feeding facts; plus runs of the real
+`python -m torch_segops.doctor` on this machine (healthy install, missing library, unloadable library).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_doctor():
+    # by path, so these tests do not need the compiled library (importing torch_segops loads it)
+    spec = importlib.util.spec_from_file_location("_doctor_under_test", ROOT / "src" / "torch_segops" / "doctor.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+D = _load_doctor()
+
+CPU_BUILD = {"version": "0.1.0", "variant": "cpu", "cuda_version": None, "cuda_archs": [], "torch_target": "2.10", "torch_headers": "2.13.0+cpu"}
+
+
+def cuda_build(cuda="12.9", archs=("75-real", "80-real", "86-real", "89-real", "90-real", "100-real", "120")):
+    return {**CPU_BUILD, "variant": "cuda", "cuda_version": cuda, "cuda_archs": list(archs)}
+
+
+def facts(**kw) -> "D.Facts":
+    base = dict(
+        python="3.12.7", platform="Linux", in_conda_env=True, package_version="0.1.0",
+        library_path="/env/lib/python3.12/site-packages/torch_segops/_C.so", library_exists=True,
+        build_info=dict(CPU_BUILD), build_info_source="loaded", torch_version="2.13.0",
+    )
+    base.update(kw)
+    return D.Facts(**base)
+
+
+def h100(index=0):
+    return D.GPU(index, "NVIDIA H100 80GB HBM3", (9, 0))
+
+
+def codes(findings, severity=None):
+    return [f.code for f in findings if severity is None or f.severity == severity]
+
+
+def only(findings, code):
+    hits = [f for f in findings if f.code == code]
+    assert len(hits) == 1, f"expected one {code}, got {codes(findings)}"
+    return hits[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "v, parsed", [("2.13.0+cpu", (2, 13, 0)), ("2.10.0a0+git1234", (2, 10, 0)), ("580.65.06", (580, 65, 6)), ("12.9", (12, 9)), ("", None), (None, None), ("cpu", None)]
+)
+def test_parse_version(v, parsed):
+    assert D.parse_version(v) == parsed
+
+
+@pytest.mark.parametrize(
+    "v, minimum, ok",
+    [("2.10.0", "2.10", True), ("2.9.1", "2.10", False), ("2.13.0+cu130", "2.10", True), ("3.0", "2.10", True),
+     ("580", "580", True), ("575.57.08", "580", False), ("525.60.13", "525.60.13", True), ("525.60.11", "525.60.13", False), (None, "2.10", None)],
+)
+def test_version_at_least(v, minimum, ok):
+    assert D.version_at_least(v, minimum) is ok
+
+
+@pytest.mark.parametrize(
+    "entry, expected",
+    [("75-real", (7, 5, "", True, False)), ("90-virtual", (9, 0, "", False, True)), ("120", (12, 0, "", True, True)),
+     ("90a-real", (9, 0, "a", True, False)), ("100f", (10, 0, "f", True, True)), ("sm_86", (8, 6, "", True, True))],
+)
+def test_parse_arch(entry, expected):
+    e = D.parse_arch(entry)
+    assert (e.major, e.minor, e.suffix, e.sass, e.ptx) == expected
+
+
+@pytest.mark.parametrize("entry", ["native", "all", "all-major", "", "75-realish"])
+def test_parse_arch_rejects_lists_it_cannot_judge(entry):
+    assert D.parse_arch(entry) is None
+
+
+@pytest.mark.parametrize(
+    "cc, archs, kind, via",
+    [
+        ((8, 6), ["80-real"], "sass", "80"),  # same major, lower minor: binary compatible
+        ((8, 0), ["86-real"], "none", None),  # higher minor does not run on a lower one
+        ((8, 9), ["75", "80-real", "86-real"], "sass", "86"),  # the closest minor is picked
+        ((9, 0), ["80-real", "90-virtual"], "ptx", "90"),  # sm_80 SASS never runs on a 9.x GPU
+        ((12, 0), ["75-real", "90-real", "120"], "sass", "120"),
+        ((12, 1), ["120-real"], "sass", "120"),
+        ((10, 0), ["90a-real", "90-virtual"], "ptx", "90"),  # sm_90a runs only on exactly 9.0
+        ((9, 0), ["90a-real"], "sass", "90a"),
+        ((10, 3), ["100f-real"], "sass", "100f"),  # family-specific: same major
+        ((7, 0), ["75-real", "80"], "none", None),  # PTX must be of a lower or equal cc
+        ((12, 0), ["75-real", "80-real", "90-virtual"], "ptx", "90"),  # newer GPU: JIT from the newest PTX
+        ((11, 0), ["100-real", "120-virtual"], "none", None),
+        ((9, 0), ["100a-virtual", "80-real"], "none", None),  # arch-specific PTX is not portable
+    ],
+)
+def test_arch_support(cc, archs, kind, via):
+    got_kind, entry = D.arch_support(cc, archs)
+    assert got_kind == kind
+    assert (entry.name if entry else None) == via
+
+
+def test_facts_round_trip_through_json():
+    f = facts(gpus=[h100(), D.GPU(1, "Tesla T4", (7, 5)), D.GPU(2, "unknown", None)], driver_version="580.65.06")
+    back = D.Facts.from_dict(json.loads(json.dumps(f.to_dict())))
+    assert back == f
+
+
+def test_read_build_info_from_file(tmp_path):
+    blob = (
+        b"\x7fELF\x02\x01\x01garbage\x00"
+        b'{"version": "0.1.0", "variant": "cuda", "cuda_version": "13.0", "cuda_archs": "75-real;90-real;120", '
+        b'"torch_target": "2.10", "torch_headers": "2.13.0", "cxx_compiler": "14.3.0"}\x00more}\x00'
+    )
+    p = tmp_path / "_C.so"
+    p.write_bytes(blob)
+    info = D.read_build_info_from_file(str(p))
+    assert info["variant"] == "cuda" and info["cuda_version"] == "13.0"
+    assert info["cuda_archs"] == ["75-real", "90-real", "120"]
+    p.write_bytes(b"\x7fELF no build info here")
+    assert D.read_build_info_from_file(str(p)) is None
+    assert D.read_build_info_from_file(str(tmp_path / "absent.so")) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# checks, fed with facts
+# ---------------------------------------------------------------------------------------------
+def test_healthy_cpu_machine_has_no_problem():
+    f = facts()
+    findings = D.diagnose(f)
+    assert not D.has_errors(findings) and not codes(findings, D.WARNING)
+    assert {"torch", "library"} <= set(codes(findings, D.OK))
+
+
+def test_healthy_gpu_machine_has_no_problem():
+    f = facts(
+        torch_version="2.12.0", torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()],
+        driver_version="575.57.08", driver_cuda_version="12.9", build_info=cuda_build("12.9"),
+    )
+    findings = D.diagnose(f)
+    assert not D.has_errors(findings) and not codes(findings, D.WARNING), [dataclasses.asdict(x) for x in findings]
+    assert {"torch", "library", "driver", "arch"} <= set(codes(findings, D.OK))
+
+
+@pytest.mark.parametrize("conda", [True, False])
+def test_torch_older_than_stable_abi_minimum(conda):
+    findings = D.diagnose(facts(torch_version="2.9.1", in_conda_env=conda))
+    f = only(findings, "torch-too-old")
+    assert f.severity == D.ERROR and "2.9.1" in f.message and "2.10" in f.message
+    assert f.fix.startswith('mamba install "pytorch>=2.10"' if conda else "pip install --upgrade 'torch>=2.10'")
+    # the binary's own stable-ABI target is also reported against the same torch
+    assert "torch-below-binary-target" in codes(findings, D.ERROR)
+
+
+def test_torch_missing_is_reported_once():
+    findings = D.diagnose(facts(torch_version=None, torch_error="ModuleNotFoundError: No module named 'torch'", library_error="not loaded: torch cannot be imported"))
+    assert codes(findings, D.ERROR) == ["torch-missing"]
+    assert "No module named 'torch'" in only(findings, "torch-missing").message
+
+
+def test_torch_below_the_binarys_target():
+    f = only(D.diagnose(facts(torch_version="2.10.1", build_info={**CPU_BUILD, "torch_target": "2.11"})), "torch-below-binary-target")
+    assert f.severity == D.ERROR and "2.11" in f.message and "2.11" in f.fix
+
+
+@pytest.mark.parametrize("conda, fix", [(True, 'mamba install "pytorch>=2.10=cuda129*" "cuda-version=12.9"'), (False, "--index-url https://download.pytorch.org/whl/cu129")])
+def test_cpu_torch_on_gpu_machine(conda, fix):
+    findings = D.diagnose(facts(gpus=[h100()], driver_version="580.65.06", driver_cuda_version="13.0", in_conda_env=conda))
+    f = only(findings, "cpu-torch-on-gpu-machine")
+    assert f.severity == D.ERROR and "H100" in f.message and fix in f.fix
+    if not conda:
+        assert 'mamba install "pytorch=*=cuda*"' in f.fix
+
+
+@pytest.mark.parametrize(
+    "driver, torch_cuda, ok",
+    [("575.57.08", "13.0", False), ("580.65.06", "13.0", True), ("520.61.05", "12.9", False), ("525.60.13", "12.9", True), ("590.10", "12.9", True)],
+)
+def test_driver_minimum_per_cuda_major(driver, torch_cuda, ok):
+    findings = D.diagnose(facts(torch_cuda_version=torch_cuda, torch_cuda_available=ok, gpus=[h100()], driver_version=driver, build_info=cuda_build(torch_cuda)))
+    if ok:
+        assert "driver" in codes(findings, D.OK) and "driver-too-old" not in codes(findings)
+    else:
+        f = only(findings, "driver-too-old")
+        need = "580" if torch_cuda.startswith("13") else "525.60.13"
+        assert f.severity == D.ERROR and driver in f.message and f">= {need}" in f.fix
+        if torch_cuda.startswith("13"):
+            assert "cuda129" in f.fix  # the alternative: stay on the driver with CUDA 12 builds
+
+
+def test_driver_checked_from_cuda_api_version_when_no_driver_string():
+    findings = D.diagnose(facts(torch_cuda_version="13.0", torch_cuda_available=False, gpus=[h100()], driver_version=None, driver_cuda_version="12.4", build_info=cuda_build("13.0")))
+    assert "driver-too-old" in codes(findings, D.ERROR)
+    assert "torch-cuda-unavailable" in codes(findings, D.WARNING)
+
+
+def test_driver_unknown_is_a_warning_not_an_error():
+    findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], build_info=cuda_build("12.9")))
+    assert "driver-unknown" in codes(findings, D.WARNING) and not D.has_errors(findings)
+
+
+def test_cpu_segops_with_gpu_and_cuda_torch():
+    findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], driver_version="575.57.08"))
+    f = only(findings, "cpu-segops-with-cuda-torch")
+    assert f.severity == D.ERROR
+    assert 'mamba install "torch-segops=*=cuda129*"' in f.fix and "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e ." in f.fix
+
+
+def test_cpu_segops_with_cuda_torch_but_no_gpu_is_fine():
+    findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=False))
+    assert not D.has_errors(findings) and "cpu-segops-no-gpu" in codes(findings, D.INFO)
+
+
+def test_cuda_segops_with_cpu_torch():
+    f = only(D.diagnose(facts(build_info=cuda_build("13.0"))), "cuda-segops-with-cpu-torch")
+    assert f.severity == D.ERROR and "13.0" in f.message and "cuda130" in f.fix
+
+
+def test_cuda_major_mismatch():
+    findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], driver_version="580.65.06", build_info=cuda_build("13.0")))
+    f = only(findings, "cuda-major-mismatch")
+    assert f.severity == D.ERROR and "13.0" in f.message and "12.9" in f.message and "cuda129" in f.fix
+
+
+def test_arch_missing_from_binary():
+    gpu = D.GPU(0, "NVIDIA GeForce RTX 5090", (12, 0))
+    findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[gpu], driver_version="575.57.08", build_info=cuda_build("12.9", ["75-real", "90-real"])))
+    f = only(findings, "arch-missing")
+    assert f.severity == D.ERROR and "12.0" in f.message and "CMAKE_CUDA_ARCHITECTURES=120" in f.fix
+
+
+def test_arch_served_by_ptx_jit_is_a_warning():
+    gpu = D.GPU(0, "NVIDIA GeForce RTX 5090", (12, 0))
+    f = facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[gpu], driver_version="575.57.08", driver_cuda_version="12.9", build_info=cuda_build("12.9", ["75-real", "90"]))
+    findings = D.diagnose(f)
+    assert only(findings, "arch-ptx-jit").severity == D.WARNING and not D.has_errors(findings)
+
+
+def test_ptx_from_newer_toolkit_than_driver_cannot_jit():
+    gpu = D.GPU(0, "NVIDIA GeForce RTX 5090", (12, 0))
+    f = facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[gpu], driver_version="570.86.10", driver_cuda_version="12.8", build_info=cuda_build("12.9", ["75-real", "90"]))
+    findings = D.diagnose(f)
+    assert only(findings, "ptx-needs-newer-driver").severity == D.ERROR
+    assert "driver-too-old" not in codes(findings)  # 570 is fine for 12.x SASS under minor-version compatibility
+
+
+def test_every_gpu_is_checked():
+    gpus = [h100(0), D.GPU(1, "Tesla V100", (7, 0))]
+    findings = D.diagnose(facts(torch_cuda_version="13.0", torch_cuda_available=True, gpus=gpus, driver_version="580.65.06", build_info=cuda_build("13.0")))
+    assert codes(findings, D.OK).count("arch") == 1
+    assert "Tesla V100" in only(findings, "arch-missing").message
+
+
+def test_library_missing():
+    findings = D.diagnose(facts(library_exists=False, build_info=None, build_info_source=None))
+    f = only(findings, "library-missing")
+    assert f.severity == D.ERROR and f.fix
+
+
+def test_library_load_failure_explained_by_build_facts():
+    # the binary could not be loaded, its build info was read from the file: CUDA build on a cpu torch
+    findings = D.diagnose(facts(library_error="LibraryLoadError: libcudart.so.13: cannot open shared object file", build_info=cuda_build("13.0"), build_info_source="file"))
+    assert only(findings, "library-load").severity == D.ERROR
+    assert "cuda-segops-with-cpu-torch" in codes(findings, D.ERROR)
+    assert "library" not in codes(findings, D.OK)
+
+
+def test_render_lists_every_finding_with_its_fix():
+    f = facts(gpus=[h100()], driver_version="580.65.06", driver_cuda_version="13.0")
+    findings = D.diagnose(f)
+    text = D.render(f, findings)
+    for x in findings:
+        assert x.message in text
+        if x.fix:
+            assert x.fix in text
+    assert "H100" in text and "580.65.06" in text and "error(s)" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# the real doctor, as a user runs it
+# ---------------------------------------------------------------------------------------------
+def run_doctor(*args, env_extra=None, tmp_path):
+    env = dict(os.environ)
+    if importlib.util.find_spec("torch_segops") is None:  # not installed: run the checkout's package
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "torch_segops.doctor", *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+
+
+def test_real_doctor_on_this_machine(tmp_path):
+    torch = pytest.importorskip("torch")
+    r = run_doctor("--json", tmp_path=tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr
+    out = json.loads(r.stdout)
+    f = out["facts"]
+    if not f["library_exists"]:
+        pytest.skip(f"torch_segops is not built here ({f['library_path']}): pip install --no-build-isolation -e .")
+    assert f["torch_version"] == torch.__version__ and f["torch_cuda_version"] == torch.version.cuda
+    assert r.returncode == (1 if any(x["severity"] == "error" for x in out["findings"]) else 0)
+    assert f["build_info_source"] == "loaded", f["library_error"]
+    if torch.version.cuda is None and not f["gpus"]:
+        # this machine: cpu torch, no GPU -> a cpu build is right and nothing is wrong
+        assert f["build_info"]["variant"] == "cpu"
+        assert r.returncode == 0 and out["ok"], out["findings"]
+    text = run_doctor(tmp_path=tmp_path)
+    assert text.returncode == r.returncode and "torch-segops doctor" in text.stdout and torch.__version__ in text.stdout
+
+
+def test_real_doctor_reports_a_missing_library(tmp_path):
+    pytest.importorskip("torch")
+    r = run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(tmp_path / "nowhere" / "_C.so")}, tmp_path=tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and not out["ok"]
+    assert "library-missing" in [x["code"] for x in out["findings"] if x["severity"] == "error"]
+
+
+def test_real_doctor_survives_an_unloadable_library(tmp_path):
+    torch = pytest.importorskip("torch")
+    fake = tmp_path / "_C.so"  # not a shared object, but it carries a CUDA 13.0 build info string
+    fake.write_bytes(
+        b"\x7fELF\x02\x01\x01\x00broken"
+        b'{"version": "0.1.0", "variant": "cuda", "cuda_version": "13.0", "cuda_archs": "75-real;90-real;120", '
+        b'"torch_target": "2.10", "torch_headers": "2.13.0", "cxx_compiler": "14.3.0"}\x00'
+    )
+    r = run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(fake)}, tmp_path=tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr
+    out = json.loads(r.stdout)
+    f = out["facts"]
+    assert r.returncode == 1
+    assert f["library_error"] and f["build_info_source"] == "file" and f["build_info"]["cuda_version"] == "13.0"
+    errors = [x["code"] for x in out["findings"] if x["severity"] == "error"]
+    assert "library-load" in errors
+    if torch.version.cuda is None:
+        assert "cuda-segops-with-cpu-torch" in errors
+    text = run_doctor(env_extra={"TORCH_SEGOPS_LIBRARY": str(fake)}, tmp_path=tmp_path)
+    assert text.returncode == 1 and "fix:" in text.stdout and "Traceback" not in text.stderr
