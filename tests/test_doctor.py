@@ -180,7 +180,7 @@ def test_torch_below_the_binarys_target():
     assert f.severity == D.ERROR and "2.11" in f.message and "2.11" in f.fix
 
 
-@pytest.mark.parametrize("conda, fix", [(True, 'mamba install "pytorch>=2.10=cuda129*" "cuda-version=12.9"'), (False, "--index-url https://download.pytorch.org/whl/cu129")])
+@pytest.mark.parametrize("conda, fix", [(True, 'mamba install "pytorch >=2.10 cuda129_*" "cuda-version 12.9.*"'), (False, "--index-url https://download.pytorch.org/whl/cu129")])
 def test_cpu_torch_on_gpu_machine(conda, fix):
     findings = D.diagnose(facts(gpus=[h100()], driver_version="580.65.06", driver_cuda_version="13.0", in_conda_env=conda))
     f = only(findings, "cpu-torch-on-gpu-machine")
@@ -220,7 +220,7 @@ def test_cpu_segops_with_gpu_and_cuda_torch():
     findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], driver_version="575.57.08"))
     f = only(findings, "cpu-segops-with-cuda-torch")
     assert f.severity == D.ERROR
-    assert 'mamba install "torch-segops=*=cuda129*"' in f.fix and "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e ." in f.fix
+    assert 'mamba install "torch-segops * cuda129_*"' in f.fix and "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e ." in f.fix
 
 
 def test_cpu_segops_with_cuda_torch_but_no_gpu_is_fine():
@@ -230,7 +230,7 @@ def test_cpu_segops_with_cuda_torch_but_no_gpu_is_fine():
 
 def test_cuda_segops_with_cpu_torch():
     f = only(D.diagnose(facts(build_info=cuda_build("13.0"))), "cuda-segops-with-cpu-torch")
-    assert f.severity == D.ERROR and "13.0" in f.message and "cuda130" in f.fix
+    assert f.severity == D.ERROR and "13.0" in f.message and "cuda130_*" in f.fix
 
 
 def test_cuda_major_mismatch():
@@ -352,3 +352,25 @@ def test_real_doctor_survives_an_unloadable_library(tmp_path):
         assert "cuda-segops-with-cpu-torch" in errors
     text = run_doctor(env_extra={"TORCH_SEGOPS_LIBRARY": str(fake)}, tmp_path=tmp_path)
     assert text.returncode == 1 and "fix:" in text.stdout and "Traceback" not in text.stderr
+
+
+def test_conda_fixes_are_valid_matchspecs():
+    rattler = pytest.importorskip("rattler", reason="py-rattler is needed to parse conda MatchSpecs (pip install py-rattler)")
+    import re
+
+    cases = [
+        facts(torch_version="2.9.1"),
+        facts(gpus=[h100()], driver_version="580.65.06"),
+        facts(torch_cuda_version="13.0", torch_cuda_available=False, gpus=[h100()], driver_version="575.57.08", build_info=cuda_build("13.0")),
+        facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], driver_version="575.57.08"),
+        facts(build_info=cuda_build("13.0")),
+        facts(torch_version="2.10.1", build_info={**CPU_BUILD, "torch_target": "2.11"}),
+    ]
+    seen = 0
+    for f in cases:
+        for x in D.diagnose(f):
+            for cmd in re.findall(r"mamba install ([^;]*?)(?:   |$)", x.fix or ""):
+                for spec in re.findall(r'"([^"]+)"', cmd):
+                    rattler.MatchSpec(spec)
+                    seen += 1
+    assert seen >= 6

@@ -188,14 +188,14 @@ def _cuda_tag(cuda: str) -> str:
 
 
 def fix_cuda_torch(f: Facts, cuda: str = SUGGESTED_CUDA) -> str:
-    conda = f'mamba install "pytorch>={MIN_TORCH}=cuda{cuda.replace(".", "")}*" "cuda-version={cuda}"'
+    conda = f'mamba install "pytorch >={MIN_TORCH} cuda{cuda.replace(".", "")}_*" "cuda-version {cuda}.*"'
     pip = f"pip install --force-reinstall 'torch>={MIN_TORCH}' --index-url https://download.pytorch.org/whl/{_cuda_tag(cuda)}"
     return conda if f.in_conda_env else pip
 
 
 def fix_cuda_segops(f: Facts, cuda: str | None = None) -> str:
     cuda = cuda or f.torch_cuda_version or SUGGESTED_CUDA
-    conda = f'mamba install "torch-segops=*=cuda{cuda.replace(".", "")}*"'
+    conda = f'mamba install "torch-segops * cuda{cuda.replace(".", "")}_*"'
     source = "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e .  (from a source checkout)"
     return f"{conda}   or, building from source: {source}" if f.in_conda_env else f"rebuild with CUDA: {source}"
 
@@ -275,7 +275,7 @@ def check_torch_vs_gpu(f: Facts) -> list[Finding]:
                 ERROR,
                 "cpu-torch-on-gpu-machine",
                 f"this machine has {len(f.gpus)} NVIDIA GPU(s) ({f.gpus[0].name}) but torch {f.torch_version} is a cpu build",
-                fix_cuda_torch(f) + ("" if f.in_conda_env else "   (conda: mamba install \"pytorch=*=cuda*\")"),
+                fix_cuda_torch(f) + ("" if f.in_conda_env else '   (in a conda env: mamba install "pytorch=*=cuda*")'),
             )
         ]
     if f.torch_cuda_available is False:
