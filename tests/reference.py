@@ -222,10 +222,19 @@ def assert_softmax_close(actual, expected, src, indptr, what: str = "") -> None:
     """Softmax: relative error of exp(x - m) / sum grows like sqrt(segment length) eps; 8 eps margin."""
     what = what or f"segment softmax {src.dtype}"
     eps = _eps(_compute_dtype(src.dtype))
-    longest = int((indptr[..., 1:] - indptr[..., :-1]).max()) if indptr.size(-1) > 1 else 1
+    lengths = indptr[..., 1:] - indptr[..., :-1]
+    longest = int(lengths.max()) if lengths.numel() else 1
     e = expected.detach().to("cpu", torch.float64)
     tol = 8 * eps * (1 + max(longest, 1) ** 0.5) * (e.abs() + eps) + _output_rounding(expected, src.dtype)
     _check(actual, expected, tol, what)
+
+
+def assert_sum_close(actual, expected, scale, what: str) -> None:
+    """A result that is a sum computed in a different order: |diff| <= 8 eps * scale, where scale is
+    the same sum over absolute values (plus output rounding for 16-bit dtypes)."""
+    eps = _eps(_compute_dtype(expected.dtype))
+    tol = 8 * eps * scale.detach().to("cpu", torch.float64) + 4 * eps * expected.detach().to("cpu", torch.float64).abs()
+    _check(actual, expected, tol + _output_rounding(expected, expected.dtype), what)
 
 
 def assert_grad_close(actual, expected, what: str, rtol: float | None = None, atol: float | None = None) -> None:
@@ -341,6 +350,6 @@ def csr_cases(dtypes=ALL_DTYPES, gather: bool = False, max_lead_dims: int = 2, t
         src = make_src([*batch, n_dim, *feat], dim, dtype, layout, gen, use_ties)
         desc = (f"dtype={dtype} batch={batch} indptr={tuple(indptr.shape)}/{idx_dtype} kind={kind} feat={feat} "
                 f"layout={layout} ties={use_ties} size={size} seed={seed}")
-        return {"src": src, "indptr": indptr, "size": size, "desc": desc}
+        return {"src": src, "indptr": indptr, "size": size, "desc": desc, "seed": seed}
 
     return strategy()

@@ -139,6 +139,27 @@ def test_read_build_info_from_file(tmp_path):
     assert D.read_build_info_from_file(str(tmp_path / "absent.so")) is None
 
 
+@pytest.mark.parametrize(
+    "text, version",
+    [
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 06:54:38 UTC 2025\nGCC version:  gcc version 12.2.0\n", "580.65.06"),
+        ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build  (dvs-builder@U16)  Sat May 24 2025\n", "575.57.08"),
+        ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  590.10  Release Build\n", "590.10"),
+        ("no driver here\n", None),
+    ],
+)
+def test_parse_nvrm_version(text, version):
+    assert D.parse_nvrm_version(text) == version
+
+
+def test_parse_nvidia_smi():
+    out = "0, NVIDIA H100 80GB HBM3, 9.0, 580.65.06\n1, NVIDIA GeForce RTX 5090, 12.0, 580.65.06\n2, Some GPU, [N/A], 580.65.06\n"
+    gpus, driver = D.parse_nvidia_smi(out)
+    assert driver == "580.65.06"
+    assert gpus == [D.GPU(0, "NVIDIA H100 80GB HBM3", (9, 0)), D.GPU(1, "NVIDIA GeForce RTX 5090", (12, 0)), D.GPU(2, "Some GPU", None)]
+    assert D.parse_nvidia_smi("") == ([], None)
+
+
 # ---------------------------------------------------------------------------------------------
 # checks, fed with facts
 # ---------------------------------------------------------------------------------------------
@@ -296,11 +317,14 @@ def test_render_lists_every_finding_with_its_fix():
 # ---------------------------------------------------------------------------------------------
 # the real doctor, as a user runs it
 # ---------------------------------------------------------------------------------------------
-def run_doctor(*args, env_extra=None, tmp_path):
+def run_doctor(*args, env_extra=None, prepend_path=(), tmp_path):
     env = dict(os.environ)
-    if importlib.util.find_spec("torch_segops") is None:  # not installed: run the checkout's package
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     env.update(env_extra or {})
+    paths = [str(p) for p in prepend_path]
+    if importlib.util.find_spec("torch_segops") is None:  # not installed: run the checkout's package
+        paths.append(str(ROOT / "src"))
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "torch_segops.doctor", *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
 
 
@@ -374,3 +398,19 @@ def test_conda_fixes_are_valid_matchspecs():
                     rattler.MatchSpec(spec)
                     seen += 1
     assert seen >= 6
+
+
+@pytest.mark.xfail(
+    reason="src/torch_segops/__init__.py imports torch (through _library) before its doctor guard, so a broken "
+    "torch stops `python -m torch_segops.doctor` before the doctor runs (reported to the owner of __init__.py)",
+    strict=False,
+)
+def test_real_doctor_reports_a_broken_torch(tmp_path):
+    fake = tmp_path / "shadow" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("simulated broken torch install")\n')
+    r = run_doctor("--json", prepend_path=[tmp_path / "shadow"], tmp_path=tmp_path)
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and "simulated broken torch install" in out["facts"]["torch_error"]
+    assert [x["code"] for x in out["findings"] if x["severity"] == "error"][:1] == ["torch-missing"]
