@@ -502,6 +502,26 @@ def _probe_libcuda(f: Facts) -> bool:
     return True
 
 
+def parse_nvidia_smi(stdout: str) -> tuple[list[GPU], str | None]:
+    """Parse `nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader`."""
+    gpus: list[GPU] = []
+    driver = None
+    for line in stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            continue
+        cap = tuple(int(x) for x in parts[2].split(".")) if re.fullmatch(r"\d+\.\d+", parts[2]) else None
+        gpus.append(GPU(int(parts[0]) if parts[0].isdigit() else len(gpus), parts[1], cap))
+        driver = driver or (parts[3] if parse_version(parts[3]) else None)
+    return gpus, driver
+
+
+def parse_nvrm_version(text: str) -> str | None:
+    """The driver version from /proc/driver/nvidia/version ("NVRM version: ... Kernel Module  580.65.06  ...")."""
+    m = re.search(r"NVRM version:.*?\s(\d{3,}\.\d+(?:\.\d+)?)\s", text)
+    return m.group(1) if m else None
+
+
 def _probe_nvidia_smi(f: Facts) -> None:
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -516,14 +536,8 @@ def _probe_nvidia_smi(f: Facts) -> None:
         return
     if out.returncode != 0:
         return
-    gpus = []
-    for line in out.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 4:
-            continue
-        cap = tuple(int(x) for x in parts[2].split(".")) if re.fullmatch(r"\d+\.\d+", parts[2]) else None
-        gpus.append(GPU(int(parts[0]) if parts[0].isdigit() else len(gpus), parts[1], cap))
-        f.driver_version = f.driver_version or parts[3]
+    gpus, driver = parse_nvidia_smi(out.stdout)
+    f.driver_version = f.driver_version or driver
     if gpus and not f.gpus:
         f.gpus, f.gpu_source = gpus, "nvidia-smi"
 
@@ -531,12 +545,9 @@ def _probe_nvidia_smi(f: Facts) -> None:
 def _probe_driver_version(f: Facts) -> None:
     try:
         with open("/proc/driver/nvidia/version") as fh:
-            text = fh.read()
+            f.driver_version = parse_nvrm_version(fh.read())
     except OSError:
         return
-    m = re.search(r"NVRM version:.*?\s(\d{3,}\.\d+(?:\.\d+)?)\s", text)
-    if m:
-        f.driver_version = m.group(1)
 
 
 def gather_facts() -> Facts:
