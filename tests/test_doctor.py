@@ -289,6 +289,17 @@ def test_every_gpu_is_checked():
     assert "Tesla V100" in only(findings, "arch-missing").message
 
 
+def test_cuda_13_on_a_volta_gpu():
+    v100 = D.GPU(0, "Tesla V100-SXM2-32GB", (7, 0))
+    findings = D.diagnose(facts(torch_cuda_version="13.0", torch_cuda_available=True, gpus=[v100], driver_version="580.65.06", build_info=cuda_build("13.0")))
+    hits = [x for x in findings if x.code == "cuda-drops-gpu"]
+    assert sorted(x.message.split("used by ")[1].split(":")[0] for x in hits) == ["torch", "torch_segops"]
+    assert all(x.severity == D.ERROR and "sm_75" in x.message and "cuda129_*" in x.fix for x in hits)
+    # the same GPU under CUDA 12.9 is fine as far as the toolkit goes
+    ok = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[v100], driver_version="580.65.06", build_info=cuda_build("12.9", ["70-real", "80-real"])))
+    assert "cuda-drops-gpu" not in codes(ok) and not D.has_errors(ok)
+
+
 def test_library_missing():
     findings = D.diagnose(facts(library_exists=False, build_info=None, build_info_source=None))
     f = only(findings, "library-missing")

@@ -328,6 +328,7 @@ def test_doctor_constants_match_table():
     c = compat()
     assert doctor.MIN_TORCH == c["stable_abi"]["min_torch"]
     assert doctor.MIN_DRIVER_LINUX == {int(r["version"].split(".")[0]): r["min_driver_linux"] for r in c["cuda"]}
+    assert doctor.OLDEST_ARCH == {int(r["version"].split(".")[0]): r["oldest_arch"] for r in c["cuda"]}
     assert doctor.SUGGESTED_CUDA in {r["version"] for r in c["cuda"]}
 
 

@@ -34,6 +34,8 @@ from typing import Callable
 MIN_TORCH = "2.10"
 # Minimum Linux driver for a CUDA major under minor-version compatibility (data/compat.yaml: cuda[].min_driver_linux).
 MIN_DRIVER_LINUX = {12: "525.60.13", 13: "580"}
+# Oldest GPU architecture each CUDA major can build for (data/compat.yaml: cuda[].oldest_arch).
+OLDEST_ARCH = {12: 50, 13: 75}
 # CUDA toolkit a conda / pip user is pointed at when a CUDA build is needed.
 SUGGESTED_CUDA = "12.9"
 
@@ -416,7 +418,31 @@ def check_arch(f: Facts) -> list[Finding]:
     return out
 
 
-CHECKS: list[Callable[[Facts], list[Finding]]] = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_arch]
+def check_gpu_vs_cuda(f: Facts) -> list[Finding]:
+    """A CUDA major that no longer targets the GPU (CUDA 13 dropped Maxwell, Pascal and Volta)."""
+    out: list[Finding] = []
+    users = [("torch", f.torch_cuda_version), ("torch_segops", _build_cuda(f) if _variant(f) == "cuda" else None)]
+    for g in f.gpus:
+        if g.capability is None:
+            continue
+        cc = g.capability[0] * 10 + g.capability[1]
+        for who, v in users:
+            oldest = OLDEST_ARCH.get(cuda_major(v) or -1)
+            if oldest is not None and cc < oldest:
+                older = max((m for m, a in OLDEST_ARCH.items() if a <= cc), default=None)
+                fix = fix_cuda_torch(f, SUGGESTED_CUDA) if older is not None else "this GPU is older than every supported CUDA toolkit"
+                out.append(
+                    Finding(
+                        ERROR,
+                        "cuda-drops-gpu",
+                        f"GPU {g.index} {g.name} (sm_{cc}) is not supported by CUDA {v}, used by {who}: CUDA {cuda_major(v)}.x builds for sm_{oldest} and newer",
+                        fix + (" and the matching torch_segops build" if who == "torch_segops" or _variant(f) == "cuda" else ""),
+                    )
+                )
+    return out
+
+
+CHECKS: list[Callable[[Facts], list[Finding]]] = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_gpu_vs_cuda, check_arch]
 
 
 def diagnose(f: Facts) -> list[Finding]:
