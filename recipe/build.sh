@@ -1,0 +1,26 @@
+#!/bin/bash
+# Shared by recipe.yaml (rattler-build) and meta.yaml (conda-build).
+set -euxo pipefail
+
+if [[ "${cuda_compiler_version:-None}" != "None" ]]; then
+    export TORCH_SEGOPS_WITH_CUDA=ON
+    # The architectures come from cmake/cuda.cmake (the project's single list); CUDAARCHS from the
+    # caller's environment overrides them, an empty one must not.
+    [[ -n "${CUDAARCHS:-}" ]] || unset CUDAARCHS
+fi
+
+# __FILE__ in torch's headers and in our checks would otherwise embed the build paths in _C.so
+map="-ffile-prefix-map=${SRC_DIR}=/usr/local/src/conda/${PKG_NAME}-${PKG_VERSION} -ffile-prefix-map=${PREFIX}=/usr/local/src/conda-prefix"
+export CXXFLAGS="${CXXFLAGS:-} ${map}"
+export CUDAFLAGS="${CUDAFLAGS:-} $(printf -- '-Xcompiler=%s ' ${map})"
+
+export CMAKE_GENERATOR=Ninja
+export CMAKE_BUILD_PARALLEL_LEVEL="${CPU_COUNT:-2}"
+
+# torch comes from the host environment; pip must neither resolve nor download anything.
+"${PYTHON}" -m pip install . --no-deps --no-build-isolation -vv
+
+# pip records the local source folder (a build path) in direct_url.json
+dist_info=("${SP_DIR}"/torch_segops-*.dist-info)
+rm -f "${dist_info[0]}/direct_url.json"
+sed -i '/direct_url.json/d' "${dist_info[0]}/RECORD"
