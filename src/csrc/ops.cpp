@@ -6,7 +6,7 @@ STABLE_TORCH_LIBRARY(torch_segops, m) {
   // (absolute positions along dim, src.size(dim) for empty segments) for min/max and is empty otherwise.
   m.def("segment_reduce(Tensor src, Tensor indptr, str reduce) -> (Tensor, Tensor)");
   // size: rows of the output along dim; -1 reads max(indptr[..., -1]) from indptr (a host sync on GPU).
-  m.def("gather_csr(Tensor src, Tensor indptr, int size) -> Tensor");
+  m.def("gather_csr(Tensor src, Tensor indptr, SymInt size) -> Tensor");
   m.def("segment_softmax(Tensor src, Tensor indptr) -> Tensor");
   // Gradient of segment_softmax given its output y: y * (grad - segment_sum(grad * y)) per segment.
   m.def("segment_softmax_backward(Tensor grad, Tensor out, Tensor indptr) -> Tensor");

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building and testing torch-segops need into the current Python (activate a venv first
+# if you want one), then builds and installs the package. Safe to re-run; rebuilds are incremental.
+#
+# torch is pinned to 2.13.0: on this kind of machine pip resolves it to the local CPU wheel, while a
+# bare `pip install torch` would pull the multi-GB CUDA build. Override with TORCH_SPEC=... .
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PIP_ROOT_USER_ACTION=ignore
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+"$PY" -c 'import sys; assert sys.version_info >= (3, 10), "torch-segops needs Python >= 3.10"' || exit 1
+command -v c++ >/dev/null || { echo "error: no C++ compiler (c++) on PATH; install g++ >= 9" >&2; exit 1; }
+
+step "installing torch ($TORCH_SPEC) and the build/test tools"
+"$PY" -m pip install -q --disable-pip-version-check \
+  "$TORCH_SPEC" "scikit-build-core>=0.10" "cmake>=3.24" ninja \
+  "pytest>=7" "hypothesis>=6" numpy pyyaml jinja2 \
+  "py-rattler==0.28.0" "py-rattler-build==0.73.0"
+
+step "building torch-segops against $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+start=$(date +%s)
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+echo "built and installed in $(( $(date +%s) - start )) s: $("$PY" -c 'import torch_segops as t; print(t.build_info())')"
