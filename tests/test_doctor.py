@@ -411,11 +411,6 @@ def test_conda_fixes_are_valid_matchspecs():
     assert seen >= 6
 
 
-@pytest.mark.xfail(
-    reason="src/torch_segops/__init__.py imports torch (through _library) before its doctor guard, so a broken "
-    "torch stops `python -m torch_segops.doctor` before the doctor runs (reported to the owner of __init__.py)",
-    strict=False,
-)
 def test_real_doctor_reports_a_broken_torch(tmp_path):
     fake = tmp_path / "shadow" / "torch"
     fake.mkdir(parents=True)

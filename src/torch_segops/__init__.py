@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 import sys
 
-from ._library import LibraryLoadError, build_info, library_path, load
-
-
 def _doctor_is_starting() -> bool:
     # `python -m torch_segops.doctor` and the console script must run even when the library is broken.
     argv = getattr(sys, "orig_argv", sys.argv)
@@ -19,9 +16,12 @@ def _doctor_is_starting() -> bool:
 
 
 try:
+    # _library imports torch: a broken torch must not stop the doctor either.
+    from ._library import LibraryLoadError, build_info, library_path, load
+
     load()
     __version__: str = build_info()["version"]
-except LibraryLoadError:
+except Exception:
     if not _doctor_is_starting():
         raise
     __version__ = "unknown"
