@@ -1,0 +1,262 @@
+"""The conda recipe, rendered with rattler-build for every variant, and meta.yaml kept in step with it.
+
+Fast (no build): renders recipe/recipe.yaml with conda_build_config.yaml through rattler-build's Python
+API, and evaluates recipe/meta.yaml (conda-build format) with jinja2 and a small selector evaluator.
+The end-to-end build is in test_recipe_e2e.py.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+import conda_tools as ct  # noqa: E402
+
+ct.require_tools()
+import rattler  # noqa: E402
+from rattler_build import Stage0Recipe  # noqa: E402
+
+PLATFORMS = ["linux-64", "linux-aarch64"]
+VARIANTS = ["cpu", "cuda129", "cuda130"]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+# the newest GCC each nvcc accepts as host compiler
+NVCC_MAX_GCC = {"12.9": 14, "13.0": 15}
+
+
+@pytest.fixture(scope="module", params=PLATFORMS)
+def rendered(request):
+    return {ct.variant_name(v.variant): v for v in ct.render(platform=request.param)}, request.param
+
+
+def reqs(v, kind):
+    return [str(x) for x in v.recipe.requirements.to_dict().get(kind, [])]
+
+
+def by_name(specs, name):
+    return [s for s in specs if s.split()[0] == name]
+
+
+# ---------------------------------------------------------------------------------------------
+# recipe.yaml, rendered
+# ---------------------------------------------------------------------------------------------
+
+def test_three_variants_per_platform(rendered):
+    variants, platform = rendered
+    assert sorted(variants) == VARIANTS, f"{platform}: {sorted(variants)}"
+
+
+def test_build_strings_and_numbers(rendered):
+    variants, _ = rendered
+    seen = set()
+    for name, v in variants.items():
+        b = v.recipe.build
+        number = 0 if name == "cpu" else 200  # CUDA ranks above cpu, never below
+        assert b.number == number, (name, b.number)
+        assert re.fullmatch(rf"{name}_h[0-9a-f]{{7}}_{number}", b.string), b.string
+        assert v.hash_info.hash in b.string
+        assert not re.search(r"py\d", b.string), f"python must not be in the build string: {b.string}"
+        seen.add(b.string)
+    assert len(seen) == 3
+
+
+def test_cuda_pins(rendered):
+    variants, platform = rendered
+    for name, v in variants.items():
+        cv = v.variant["cuda_compiler_version"]
+        build, host, run = reqs(v, "build"), reqs(v, "host"), reqs(v, "run")
+        if name == "cpu":
+            assert cv == "None"
+            assert not by_name(run, "__cuda") and not by_name(host, "cuda-version")
+            assert not [s for s in build if s.startswith("cuda-nvcc")]
+        else:
+            assert name == "cuda" + cv.replace(".", "")
+            assert by_name(run, "__cuda") == ["__cuda"]
+            assert by_name(host, "cuda-version") == [f"cuda-version {cv}.*"]
+            assert by_name(build, f"cuda-nvcc_{platform}") == [f"cuda-nvcc_{platform} {cv}.*"]
+            assert "cuda-cudart-dev" in host
+
+
+def test_pytorch_pins_and_run_exports(rendered):
+    variants, _ = rendered
+    torch_target = re.search(r'TORCH_SEGOPS_TORCH_TARGET "([0-9.]+)"', (REPO / "CMakeLists.txt").read_text()).group(1)
+    for name, v in variants.items():
+        kind = "cpu" if name == "cpu" else "cuda"
+        host, run = reqs(v, "host"), reqs(v, "run")
+        assert by_name(host, "pytorch") == [f"pytorch {v.variant['pytorch']}.* {kind}*"]
+        # one binary for every torch >= the stable-ABI target: no upper bound, pytorch's run-export ignored
+        assert by_name(run, "pytorch") == [f"pytorch >={torch_target} {kind}*"]
+        assert v.recipe.requirements.to_dict()["ignore_run_exports"] == {"from_package": ["pytorch"]}
+
+
+def test_python_independent(rendered):
+    variants, _ = rendered
+    requires_python = PYPROJECT["project"]["requires-python"]
+    scripts = [f"{k} = {e}" for k, e in PYPROJECT["project"]["scripts"].items()]
+    for v in variants.values():
+        d = v.recipe.to_dict()
+        assert d["build"]["python"]["version_independent"] is True
+        assert d["build"]["python"]["entry_points"] == scripts
+        assert by_name(reqs(v, "run"), "python") == [f"python {requires_python}"]
+        assert reqs(v, "host")[0] == "python" and v.variant["python"].startswith("3.10.")
+
+
+def test_compilers_zip(rendered):
+    variants, platform = rendered
+    stdlib = {"cpu": "2.17", "cuda129": "2.17", "cuda130": "2.28"}
+    for name, v in variants.items():
+        var, build = v.variant, reqs(v, "build")
+        gcc = int(var["c_compiler_version"])
+        assert int(var["cxx_compiler_version"]) == gcc
+        assert by_name(build, f"gcc_{platform}") == [f"gcc_{platform} {gcc}.*"]
+        assert by_name(build, f"gxx_{platform}") == [f"gxx_{platform} {gcc}.*"]
+        assert by_name(build, f"sysroot_{platform}") == [f"sysroot_{platform} {stdlib[name]}.*"]
+        if name != "cpu":
+            assert gcc <= NVCC_MAX_GCC[var["cuda_compiler_version"]], (name, gcc)
+
+
+def test_package_metadata(rendered):
+    variants, _ = rendered
+    for v in variants.values():
+        r = v.recipe
+        assert (r.package.name, r.package.version) == (PYPROJECT["project"]["name"], PYPROJECT["project"]["version"])
+        about = r.about.to_dict()
+        assert about["license"] == PYPROJECT["project"]["license"]
+        assert about["license_file"] == ["LICENSE"] and (REPO / "LICENSE").is_file()
+        for key in ("homepage", "repository", "documentation", "summary", "description"):
+            assert about.get(key), key
+
+
+def test_tests_section(rendered):
+    """More than an import: pip check, the op on real data and the CPU test suite; test tools stay out of run."""
+    variants, _ = rendered
+    for name, v in variants.items():
+        tests = v.recipe.to_dict()["tests"]
+        py = [t["python"] for t in tests if "python" in t]
+        assert py and py[0]["imports"] == ["torch_segops"] and py[0].get("pip_check", True) is True
+        script = [t for t in tests if "script" in t][0]
+        assert any("test_package.py" in line for line in script["script"])
+        assert any("pytest" in line for line in script["script"])
+        assert "tests/test_ops*.py" in script["files"]["source"]
+        test_only = set(script["requirements"]["run"])
+        assert {"pytest", "hypothesis"} <= test_only
+        assert not test_only & {s.split()[0] for s in reqs(v, "run")}, "test-only tools must not be run deps"
+        for f in script["files"]["source"]:
+            assert list(REPO.glob(f)), f"test file pattern {f} matches nothing"
+
+
+def test_shipped_recipe_has_no_offline_settings():
+    text = "".join((REPO / p).read_text() for p in ("recipe/recipe.yaml", "recipe/meta.yaml", "recipe/build.sh",
+                                                      "conda_build_config.yaml"))
+    assert "standin" not in text.lower() and "offline" not in text.lower()
+    assert "CUDAARCHS=" not in text and "CMAKE_CUDA_ARCHITECTURES" not in text, "arches come from cmake/"
+
+
+# ---------------------------------------------------------------------------------------------
+# meta.yaml, evaluated like conda-build does, against recipe.yaml
+# ---------------------------------------------------------------------------------------------
+
+def selector_namespace(platform: str, variant: dict) -> dict:
+    os_, arch = platform.split("-")
+    ns = {"linux": os_ == "linux", "osx": os_ == "osx", "win": os_ == "win", "unix": os_ != "win",
+          "x86_64": arch == "64", "aarch64": arch == "aarch64", "linux64": platform == "linux-64",
+          "target_platform": platform, "build_platform": platform}
+    ns.update(variant)
+    return ns
+
+
+def eval_selectors(text: str, ns: dict) -> str:
+    """Keep a line whose `# [expr]` selector is true (Python expression, as in conda-build)."""
+    out = []
+    for line in text.splitlines():
+        m = re.search(r"#\s*\[(.*)\]\s*$", line)
+        if m:
+            if not eval(m.group(1), {"__builtins__": {}}, ns):  # noqa: S307 (our own recipe)
+                continue
+            line = line[: m.start()].rstrip()
+        out.append(line)
+    return "\n".join(out)
+
+
+def render_meta(platform: str, variant: dict, pkg_hash: str) -> dict:
+    ns = selector_namespace(platform, variant)
+
+    def compiler(lang):
+        return f"{variant[lang + '_compiler']}_{platform} {variant[lang + '_compiler_version']}"
+
+    def stdlib(lang):
+        return f"{variant[lang + '_stdlib']}_{platform} {variant[lang + '_stdlib_version']}"
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    text = eval_selectors((REPO / "recipe" / "meta.yaml").read_text(), ns)
+    text = env.from_string(text).render(**ns, compiler=compiler, stdlib=stdlib, PKG_HASH=pkg_hash)
+    return yaml.safe_load(text)
+
+
+def norm(spec: str) -> str:
+    """conda semantics: a bare version in a match spec is fuzzy (`gcc 14` == `gcc 14.*`)."""
+    parts = spec.split()
+    if len(parts) >= 2 and re.fullmatch(r"\d[\w.]*", parts[1]) and not parts[1].endswith("*"):
+        parts[1] += ".*"
+    return str(rattler.MatchSpec(" ".join(parts)))
+
+
+def v1_context_render(line: str, context: dict) -> str:
+    return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(line.replace("${{", "{{")).render(**context)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_meta_yaml_matches_recipe_yaml(rendered, name):
+    variants, platform = rendered
+    v = variants[name]
+    r = v.recipe.to_dict()
+    meta = render_meta(platform, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash)
+
+    assert meta["package"] == {"name": r["package"]["name"], "version": r["package"]["version"]}
+    assert (meta["build"]["number"], meta["build"]["string"]) == (r["build"]["number"], r["build"]["string"])
+    assert meta["build"]["python_version_independent"] is r["build"]["python"]["version_independent"] is True
+    assert meta["build"]["entry_points"] == r["build"]["python"]["entry_points"]
+    assert meta["build"]["ignore_run_exports_from"] == r["requirements"]["ignore_run_exports"]["from_package"]
+    # rendered, an unset CUDAARCHS is dropped: compare with the unrendered script env
+    stage0_env = Stage0Recipe.from_file(REPO / "recipe" / "recipe.yaml").build.to_dict()["script"]["env"]
+    assert meta["build"]["script_env"] == list(stage0_env) == ["CUDAARCHS"]
+    assert meta["source"] == r["source"][0]
+    for kind in ("build", "host", "run"):
+        assert [norm(s) for s in meta["requirements"].get(kind, [])] == [norm(s) for s in reqs(v, kind)], kind
+
+    tests = {next(iter(t)): t for t in r["tests"]}
+    script = tests["script"]
+    t = meta["test"]
+    assert t["imports"] == tests["python"]["python"]["imports"]
+    assert ("pip check" in t["commands"]) == tests["python"]["python"].get("pip_check", True)
+    assert sorted(t["requires"]) == sorted(script["requirements"]["run"] + ["pip"])
+    assert t["source_files"] == script["files"]["source"] and t["files"] == script["files"]["recipe"]
+    contents = [f"test -f ${{SP_DIR}}/{f}" for f in tests["package_contents"]["package_contents"]["site_packages"]]
+    assert [c for c in t["commands"] if c.startswith("test -f")] == contents
+    scripted = [v1_context_render(line, r["context"]) for line in script["script"]]
+    assert [c for c in t["commands"] if c.startswith("python ")] == scripted
+
+    a = r["about"]
+    assert (meta["about"]["home"], meta["about"]["dev_url"], meta["about"]["doc_url"]) == (
+        a["homepage"], a["repository"], a["documentation"])
+    for key in ("license", "summary", "description"):
+        assert meta["about"][key].strip() == a[key].strip(), key
+    assert [meta["about"]["license_file"]] == a["license_file"]
+
+
+@pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64", "osx-arm64", "win-64"])
+def test_skip_agrees(platform):
+    """rattler-build's Python render does not apply build.skip, so evaluate both recipes' conditions."""
+    stage0 = Stage0Recipe.from_file(REPO / "recipe" / "recipe.yaml").build.to_dict()["skip"]
+    ns = selector_namespace(platform, {"cuda_compiler_version": "None"})
+    v1_skip = any(eval(cond, {"__builtins__": {}}, ns) for cond in stage0)  # noqa: S307
+    meta_text = eval_selectors((REPO / "recipe" / "meta.yaml").read_text(), ns)
+    meta_skip = bool(re.search(r"^\s+skip: true\s*$", meta_text, re.M))
+    assert v1_skip == meta_skip == (not platform.startswith("linux"))
