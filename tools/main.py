@@ -120,7 +120,7 @@ def main(argv=None) -> int:
 
         step(5, "creating a fresh environment from that channel and running the demo")
         env = args.output / "env"
-        installed = ct.create_env(env, [channel.as_uri(), *channels], ["torch-segops"])
+        installed = ct.create_env(env, [channel.as_uri(), *channels], ["torch-segops", "numpy"])
         print("  installed: " + ", ".join(i for i in installed if i.startswith(("torch-segops", "pytorch", "python="))))
         run_demo(env)
 
