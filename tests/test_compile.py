@@ -45,7 +45,8 @@ OPCHECK_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64]
 
 
 @pytest.mark.parametrize("layout", list(INDPTRS))
-@pytest.mark.parametrize("reduce,dtype", [(r, d) for d in OPCHECK_DTYPES for r in ("sum", "mean", "min", "max", "logsumexp")
+@pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}") for d in OPCHECK_DTYPES
+                                          for r in ("sum", "mean", "min", "max", "logsumexp")
                                           if d.is_floating_point or r in ("sum", "min", "max")])  # mean/lse: floats only
 def test_opcheck_segment_reduce(reduce, dtype, layout):
     indptr = INDPTRS[layout]

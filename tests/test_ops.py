@@ -274,8 +274,9 @@ def _garbage(shape, dtype):
     return torch.full(shape, 12345, dtype=dtype)
 
 
-@pytest.mark.parametrize("reduce,dtype", [(r, d) for d in (torch.float32, torch.bfloat16, torch.int64)
-                                           for r in (FLOAT_REDUCES if d.is_floating_point else INT_REDUCES)])
+@pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}")
+                                          for d in (torch.float32, torch.bfloat16, torch.int64)
+                                          for r in (FLOAT_REDUCES if d.is_floating_point else INT_REDUCES)])
 def test_out_is_overwritten_and_returned(reduce, dtype):
     src = (torch.randn(3, 12, 4) * 10).to(dtype)
     indptr = torch.tensor([[0, 0, 5, 5, 11]])  # reduce along dim 1, broadcast over dim 0
