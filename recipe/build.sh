@@ -4,9 +4,14 @@ set -euxo pipefail
 
 if [[ "${cuda_compiler_version:-None}" != "None" ]]; then
     export TORCH_SEGOPS_WITH_CUDA=ON
-    # The architectures come from cmake/cuda.cmake (the project's single list); CUDAARCHS from the
-    # caller's environment overrides them, an empty one must not.
-    [[ -n "${CUDAARCHS:-}" ]] || unset CUDAARCHS
+    # The architectures come from cmake/cuda_architectures.txt (the project's single list), unless the
+    # packager passed CUDAARCHS to the build (it arrives renamed, as TORCH_SEGOPS_CUDAARCHS). The
+    # CUDAARCHS that conda-forge's cuda-nvcc activation exports (every arch nvcc knows) must not win.
+    if [[ -n "${TORCH_SEGOPS_CUDAARCHS:-}" ]]; then
+        export CUDAARCHS="${TORCH_SEGOPS_CUDAARCHS}"
+    else
+        unset CUDAARCHS
+    fi
 fi
 
 # __FILE__ in torch's headers and in our checks would otherwise embed the build paths in _C.so

@@ -103,7 +103,7 @@ class BuildLog:
             print(f"  [build] {e.message or e.step_name}", flush=True)
 
     def on_log(self, e) -> None:
-        msg = e.message if not getattr(e, "span", None) else f"{e.message} {e.span}"
+        msg = e.message if e.message.strip() else f"({getattr(e, 'span', None) or 'empty message'})"
         self._write(f"{e.level}: {msg}")
         if self.echo and (e.level == "error" or self.KEY.search(e.message)):
             print(f"  [build] {e.message.strip()[:200]}", flush=True)
