@@ -68,7 +68,7 @@ def _compare_with_cpu(name, src, indptr):
         R.assert_reduction_close(gpu.cpu(), expected, src, indptr, name, what=f"cuda {name}")
 
 
-@needs_two_devices
+@pytest.mark.skipif(DRY_RUN, reason="dry run: the binary's CUDA build is not what is being checked")
 def test_build_info_reports_cuda():
     info = so.build_info()
     assert info["variant"] == "cuda" and info["cuda_version"] and info["cuda_archs"]
