@@ -9,6 +9,7 @@ it runs in CI. Measured numbers go to the terminal and to _work/conda-e2e-metric
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -51,12 +52,15 @@ def built(request, tmp_path_factory):
     return {"variant": variant, "result": res, "pkg": pkg, "channel": channel, "out": out}
 
 
-def test_recipe_tests_ran_during_build(built):
+def test_recipe_tests_ran_during_build(built, request):
     log = built["result"].log.read_text()
     assert "python imports test passed" in log and "pip check passed" in log
-    assert "package_contents" in log or "Package content test passed" in log or "site_packages" in log
+    for f in ("__init__.py", "_C.so"):
+        assert f'site_packages: "site-packages/torch_segops/{f}" matched' in log
     assert "torch 2.13.0+cpu | python 3.11" in log, "recipe/test_package.py did not report success"
-    assert " passed" in log and " failed" not in log.split("python -m pytest", 1)[-1]
+    summary = re.findall(r"^info: (\d+ passed.*in [\d.]+s.*)$", log, re.M)
+    assert summary and "failed" not in summary[-1] and "error" not in summary[-1], summary
+    report(request, f"recipe test suite (tests/test_ops*.py in the package's test env): {summary[-1]}")
 
 
 def test_package_metadata(built):

@@ -160,11 +160,11 @@ def make_channel(packages: list[Path], channel: Path) -> Path:
 def create_env(prefix: Path, channels: list[str], specs: list[str]) -> list[str]:
     """Solve and install a fresh environment; returns name=version=build of what was installed."""
     import rattler
-    from rattler import Platform, VirtualPackage
+    from rattler import Subdir, VirtualPackage
 
     async def go():
         records = await rattler.solve(
-            channels, specs, platforms=[Platform("linux-64"), Platform("noarch")],
+            channels, specs, platforms=[Subdir("linux-64"), Subdir("noarch")],
             virtual_packages=VirtualPackage.detect())
         await rattler.install(records, prefix)
         return sorted(f"{r.name.normalized}={r.version}={r.build}" for r in records)
