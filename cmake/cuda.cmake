@@ -1,0 +1,117 @@
+# CUDA backend of torch_segops: included by CMakeLists.txt when TORCH_SEGOPS_WITH_CUDA=ON.
+#
+# Architectures: the packager's choice wins (CUDAARCHS environment variable, as conda-forge's nvcc
+# activation sets it, or -DCMAKE_CUDA_ARCHITECTURES=...); otherwise the row of
+# cmake/cuda_architectures.txt for this nvcc (the single source of truth, see that file).
+include("${CMAKE_CURRENT_LIST_DIR}/cuda_architectures.cmake")
+
+# Did the packager choose? Decide before enable_language(CUDA), which fills in nvcc's own default.
+# A value that we set ourselves on an earlier configure (remembered below) does not count as chosen.
+if(DEFINED ENV{CUDAARCHS} AND NOT "$ENV{CUDAARCHS}" STREQUAL "")
+  set(_segops_archs_source "CUDAARCHS environment variable")
+elseif(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL ""
+       AND NOT "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "${_TORCH_SEGOPS_DEFAULT_CUDA_ARCHS}")
+  set(_segops_archs_source "CMAKE_CUDA_ARCHITECTURES")
+else()
+  set(_segops_archs_source "")
+  unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+  unset(CMAKE_CUDA_ARCHITECTURES)
+endif()
+
+# Link the CUDA runtime as a shared library, as torch wheels and conda-forge do.
+set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+if(NOT DEFINED CMAKE_CUDA_STANDARD)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+endif()
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+
+string(REGEX MATCH "^[0-9]+\\.[0-9]+" TORCH_SEGOPS_CUDA_VERSION "${CMAKE_CUDA_COMPILER_VERSION}")
+if(NOT _segops_archs_source)
+  torch_segops_default_cuda_architectures("${TORCH_SEGOPS_CUDA_VERSION}" _segops_default)
+  if(NOT _segops_default)
+    message(FATAL_ERROR
+      "torch_segops: nvcc ${CMAKE_CUDA_COMPILER_VERSION} is older than every row of "
+      "cmake/cuda_architectures.txt (CUDA >= 12.0 is supported). Use a newer CUDA toolkit or pass "
+      "-DCMAKE_CUDA_ARCHITECTURES=... yourself.")
+  endif()
+  set(CMAKE_CUDA_ARCHITECTURES "${_segops_default}" CACHE STRING "CUDA architectures (torch_segops default for this nvcc)" FORCE)
+  set(_TORCH_SEGOPS_DEFAULT_CUDA_ARCHS "${_segops_default}" CACHE INTERNAL "")
+  set(_segops_archs_source "cmake/cuda_architectures.txt, row for nvcc ${TORCH_SEGOPS_CUDA_VERSION}")
+endif()
+
+# The concrete list for build_info(): CMake's special values expand to what CMake compiles for.
+set(TORCH_SEGOPS_CUDA_ARCHS "${CMAKE_CUDA_ARCHITECTURES}")
+if(CMAKE_CUDA_ARCHITECTURES STREQUAL "all" AND CMAKE_CUDA_ARCHITECTURES_ALL)
+  set(TORCH_SEGOPS_CUDA_ARCHS "${CMAKE_CUDA_ARCHITECTURES_ALL}")
+elseif(CMAKE_CUDA_ARCHITECTURES STREQUAL "all-major" AND CMAKE_CUDA_ARCHITECTURES_ALL_MAJOR)
+  set(TORCH_SEGOPS_CUDA_ARCHS "${CMAKE_CUDA_ARCHITECTURES_ALL_MAJOR}")
+elseif(CMAKE_CUDA_ARCHITECTURES STREQUAL "native" AND CMAKE_CUDA_ARCHITECTURES_NATIVE)
+  set(TORCH_SEGOPS_CUDA_ARCHS "${CMAKE_CUDA_ARCHITECTURES_NATIVE}")
+endif()
+
+# Fail early, naming what this nvcc supports, instead of an nvcc error per source file.
+execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --list-gpu-arch
+                OUTPUT_VARIABLE _segops_nvcc_archs RESULT_VARIABLE _segops_rc ERROR_QUIET)
+if(_segops_rc EQUAL 0)
+  string(REGEX MATCHALL "compute_[0-9]+" _segops_supported "${_segops_nvcc_archs}")
+  string(REPLACE "compute_" "" _segops_supported "${_segops_supported}")
+  foreach(_a IN LISTS TORCH_SEGOPS_CUDA_ARCHS)
+    string(REGEX MATCH "^[0-9]+" _num "${_a}")
+    if(_num AND NOT _num IN_LIST _segops_supported)
+      string(REPLACE ";" " " _s "${_segops_supported}")
+      message(FATAL_ERROR
+        "torch_segops: CUDA architecture '${_a}' (from ${_segops_archs_source}) is not supported by "
+        "nvcc ${CMAKE_CUDA_COMPILER_VERSION}, which supports: ${_s}. Set CUDAARCHS or "
+        "-DCMAKE_CUDA_ARCHITECTURES to a list it supports.")
+    endif()
+  endforeach()
+endif()
+message(STATUS "torch_segops: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}), architectures "
+               "${TORCH_SEGOPS_CUDA_ARCHS} (from ${_segops_archs_source})")
+
+# ---- sources and flags ---------------------------------------------------------------------------
+target_sources(torch_segops_C PRIVATE "${PROJECT_SOURCE_DIR}/src/csrc/cuda/segment_cuda.cu")
+set_target_properties(torch_segops_C PROPERTIES
+  CUDA_VISIBILITY_PRESET hidden
+  CUDA_RUNTIME_LIBRARY Shared)
+
+# Fatbin compression: nvcc >= 12.8 has --compress-mode (size = smallest); older ones -compress-all.
+set(TORCH_SEGOPS_CUDA_COMPRESS "size" CACHE STRING
+    "Fatbin compression: size|balance|speed|default|none (nvcc >= 12.8), or all|none for older nvcc")
+if(TORCH_SEGOPS_CUDA_COMPRESS STREQUAL "none")
+  set(_segops_compress "$<$<VERSION_GREATER_EQUAL:${CMAKE_CUDA_COMPILER_VERSION},12.8>:--compress-mode=none>")
+elseif(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8 AND NOT TORCH_SEGOPS_CUDA_COMPRESS STREQUAL "all")
+  set(_segops_compress "--compress-mode=${TORCH_SEGOPS_CUDA_COMPRESS}")
+else()
+  set(_segops_compress "-Xfatbin=-compress-all")
+endif()
+
+# nvcc compiles the architectures of one file in parallel with --threads (0 = one per CPU).
+set(TORCH_SEGOPS_NVCC_THREADS "0" CACHE STRING "nvcc --threads for the CUDA sources (0 = number of CPUs)")
+
+string(REPLACE ";" "\\;" _segops_archs_define "${TORCH_SEGOPS_CUDA_ARCHS}")
+target_compile_definitions(torch_segops_C PRIVATE
+  TORCH_SEGOPS_WITH_CUDA
+  "TORCH_SEGOPS_CUDA_VERSION=\"${TORCH_SEGOPS_CUDA_VERSION}\""
+  "TORCH_SEGOPS_CUDA_ARCHS=\"${_segops_archs_define}\""
+  # The CUDA parts of the stable C shim (aoti_torch_get_current_cuda_stream, ...) are declared under
+  # USE_CUDA; only the .cu needs them.
+  $<$<COMPILE_LANGUAGE:CUDA>:USE_CUDA>)
+target_compile_options(torch_segops_C PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --threads=${TORCH_SEGOPS_NVCC_THREADS} ${_segops_compress}
+                             -Xcompiler=-Wall -Xcompiler=-fno-math-errno>)
+
+# ---- linking ---------------------------------------------------------------------------------------
+# The CUDA shim symbols live in libtorch_cuda.so. Link it when this torch has it; a CPU-only torch (as in
+# CI's compile check) lacks it, and the symbols then stay undefined in _C.so (allowed for shared
+# libraries) and are bound at load time by the CUDA torch that loads us.
+find_library(TORCH_SEGOPS_LIBTORCH_CUDA torch_cuda PATHS "${TORCH_SEGOPS_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+if(TORCH_SEGOPS_LIBTORCH_CUDA)
+  target_link_libraries(torch_segops_C PRIVATE "${TORCH_SEGOPS_LIBTORCH_CUDA}")
+else()
+  message(STATUS "torch_segops: no libtorch_cuda in ${TORCH_SEGOPS_TORCH_DIR}/lib (CPU torch): the CUDA shim "
+                 "symbols stay undefined and resolve when a CUDA torch loads the library")
+endif()
+target_link_libraries(torch_segops_C PRIVATE CUDA::cudart)

@@ -1,0 +1,507 @@
+// CUDA backend of torch_segops: the 4 forward ops for the CUDA dispatch key, through the stable ABI.
+//
+// The kernels (per-thread functors) and the host drivers that plan and launch them are in
+// segment_kernels.cuh; this file holds what needs CUDA or torch: the generic __global__ launcher, the
+// current stream, workspaces from torch's caching allocator, error reporting, and the op entry points.
+// Argument checks, the [B, N, F] view and dtype dispatch are the shared host code of csr_args.h, so
+// errors read exactly as on the CPU.
+//
+// Stream: aoti_torch_get_current_cuda_stream(device, &stream) from the AOTI C shim (libtorch_cuda),
+// declared under USE_CUDA in torch/csrc/inductor/aoti_torch/c/shim.h and available long before torch
+// 2.10. torch::stable::accelerator::Stream::nativeHandle() would be the stable-API spelling, but it
+// only exists from TORCH_FEATURE_VERSION 2.13, above our 2.10 target.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/device.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include "csr_args.h"
+#include "cuda/segment_kernels.cuh"
+#include "reducers.h"
+
+#ifndef TORCH_SEGOPS_CUDA_ARCHS
+#define TORCH_SEGOPS_CUDA_ARCHS "unknown"
+#endif
+#ifndef TORCH_SEGOPS_CUDA_VERSION
+#define TORCH_SEGOPS_CUDA_VERSION "unknown"
+#endif
+
+namespace torch_segops {
+namespace cuda {
+
+// The per-device error word: the smallest invalid indptr position found, tagged by the op call.
+__device__ u64 g_error_word = kNoError;
+
+constexpr int kThreads = 256;
+
+template <class K>
+__global__ void __launch_bounds__(kThreads) run_kernel(const K k, int64_t n) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (tid < n) k(tid);
+}
+
+namespace {
+
+// ---- CUDA errors -----------------------------------------------------------------------------------
+
+std::string device_description(int dev) {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  cudaDeviceProp prop{};
+  std::string name = cudaGetDeviceProperties(&prop, dev) == cudaSuccess ? prop.name : "unknown GPU";
+  std::ostringstream os;
+  os << "cuda:" << dev << " (" << name << ", compute capability " << major << "." << minor << ", sm_" << major
+     << minor << ")";
+  return os.str();
+}
+
+[[noreturn]] void throw_cuda(cudaError_t e, const char* op, const char* what) {
+  std::ostringstream os;
+  os << "torch_segops." << op << ": ";
+  int dev = -1;
+  cudaGetDevice(&dev);
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction ||
+      e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx) {
+    os << "this torch_segops build has no usable CUDA kernel for " << device_description(dev)
+       << " (" << cudaGetErrorName(e) << " in " << what << "). The library holds code for the CUDA architectures "
+       << TORCH_SEGOPS_CUDA_ARCHS << " (built with CUDA " << TORCH_SEGOPS_CUDA_VERSION << ")";
+    if (e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx) {
+      os << "; the driver cannot JIT-compile its PTX (driver older than that CUDA)";
+    }
+    os << ". Install a torch_segops build that covers this GPU, or rebuild from source with "
+          "CUDAARCHS=\"<arch>-real\". Run `python -m torch_segops.doctor` for the exact fix.";
+  } else {
+    os << "CUDA error in " << what << " on cuda:" << dev << ": " << cudaGetErrorName(e) << " ("
+       << cudaGetErrorString(e) << ")";
+  }
+  throw std::runtime_error(os.str());
+}
+
+inline void check_cuda(cudaError_t e, const char* op, const char* what) {
+  if (e != cudaSuccess) throw_cuda(e, op, what);
+}
+
+// ---- indptr error reporting --------------------------------------------------------------------------
+
+struct OpNames {
+  const char* name;
+  const char* limit_what;
+};
+constexpr OpNames kOpNames[] = {
+    {"segment_csr", "src.size(dim)"},
+    {"gather_csr", "size"},
+    {"segment_softmax_csr", "src.size(dim)"},
+    {"segment_softmax_csr (backward)", "out.size(dim)"},
+};
+
+// The CPU backend's message for the invalid offset at flat position pos (segment_cpu.cpp validate_indptr).
+std::string indptr_error_message(int32_t op, int64_t pos, int64_t len, int64_t rows, int64_t value, int64_t prev,
+                                 int64_t limit) {
+  const OpNames& o = kOpNames[op >= 0 && op < 4 ? op : 0];
+  const int64_t row = pos / len, k = pos % len;
+  const std::string at = rows > 1 ? "indptr[row " + std::to_string(row) + "][" : "indptr[";
+  std::ostringstream os;
+  os << "torch_segops." << o.name << ": ";
+  if (k == 0) {
+    os << "indptr must start at a non-negative offset, got " << at << "0] = " << value;
+  } else if (value < prev) {
+    os << "indptr must be non-decreasing, got " << at << k << "] = " << value << " < " << at << k - 1
+       << "] = " << prev;
+  } else {
+    os << "indptr[..., -1] must be <= " << o.limit_what << " = " << limit << ", got " << at << k << "] = " << value;
+  }
+  return os.str();
+}
+
+std::atomic<ErrorRecord*> g_host_record{nullptr};
+
+// One record in pinned host memory mapped into every device's address space (allocated on first use).
+ErrorRecord* host_record(const char* op) {
+  static std::mutex mu;
+  ErrorRecord* r = g_host_record.load();
+  if (r != nullptr) return r;
+  std::lock_guard<std::mutex> lock(mu);
+  r = g_host_record.load();
+  if (r == nullptr) {
+    void* p = nullptr;
+    check_cuda(cudaHostAlloc(&p, sizeof(ErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable), op,
+               "cudaHostAlloc of the error record");
+    std::memset(p, 0, sizeof(ErrorRecord));
+    r = static_cast<ErrorRecord*>(p);
+    g_host_record.store(r);
+  }
+  return r;
+}
+
+struct DeviceErrorPtrs {
+  u64* word = nullptr;
+  ErrorRecord* rec = nullptr;
+};
+
+// Device addresses of the error word and record; `dev` must be the current device.
+DeviceErrorPtrs device_error_ptrs(int dev, const char* op) {
+  static std::mutex mu;
+  static std::map<int, DeviceErrorPtrs> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  DeviceErrorPtrs d;
+  check_cuda(cudaGetSymbolAddress(reinterpret_cast<void**>(&d.word), g_error_word), op, "loading the CUDA module");
+  ErrorRecord* host = host_record(op);
+  check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d.rec), host, 0), op,
+             "mapping the error record");
+  cache.emplace(dev, d);
+  return d;
+}
+
+// Takes the pending error (if any) out of the record; returns false when there is none.
+bool take_error(std::string& message) {
+  ErrorRecord* r = g_host_record.load();
+  if (r == nullptr || __atomic_load_n(&r->code, __ATOMIC_ACQUIRE) == 0) return false;
+  const volatile ErrorRecord* v = r;
+  const int32_t op = v->op, device = v->device;
+  const int64_t pos = v->pos, len = v->len, rows = v->rows, value = v->value, prev = v->prev, limit = v->limit;
+  __atomic_store_n(&r->code, 0, __ATOMIC_RELEASE);
+  std::ostringstream os;
+  os << indptr_error_message(op, pos, len, rows, value, prev, limit) << " (found on cuda:" << device
+     << " by the GPU in an earlier call of " << kOpNames[op >= 0 && op < 4 ? op : 0].name
+     << ", whose output is unspecified; CUDA ops check indptr asynchronously and report at the next "
+        "torch_segops CUDA call or at torch_segops.check_errors(); set TORCH_SEGOPS_CUDA_SYNC_CHECKS=1 to "
+        "report in the faulty call)";
+  message = os.str();
+  return true;
+}
+
+void raise_pending_error() {
+  std::string msg;
+  if (take_error(msg)) throw std::runtime_error(msg);
+}
+
+bool sync_checks() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_SEGOPS_CUDA_SYNC_CHECKS");
+    return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+std::atomic<uint32_t> g_call_counter{0};
+
+// ---- one op call: device, stream, workspaces, launches -----------------------------------------------
+
+template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
+template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+class CudaCall {
+ public:
+  CudaCall(const Tensor& like, const char* op, OpId id)
+      : op_(op), id_(id), device_(like.get_device_index()), guard_(device_), like_(like) {
+    raise_pending_error();
+    void* s = nullptr;
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device_, &s));
+    stream_ = static_cast<cudaStream_t>(s);
+    ptrs_ = device_error_ptrs(device_, op_);
+    tag_ = g_call_counter.fetch_add(1) & ((1u << kTagBits) - 1);
+  }
+
+  ErrorContext errors(int64_t limit) const {
+    ErrorContext ec;
+    ec.err = ptrs_.word;
+    ec.rec = ptrs_.rec;
+    ec.tag = tag_;
+    ec.op = id_;
+    ec.device = device_;
+    ec.limit = limit;
+    return ec;
+  }
+
+  // Device memory from torch's caching allocator, alive until this call returns (stream-ordered).
+  void* workspace(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    keep_.push_back(torch::stable::new_empty(like_, {static_cast<int64_t>(bytes)}, ScalarType::Byte));
+    return keep_.back().mutable_data_ptr();
+  }
+
+  template <class K> void launch(const K& k, int64_t n) {
+    if (n <= 0) return;
+    const int64_t blocks = ceil_div(n, kThreads);
+    SEGOPS_CHECK(blocks <= 0x7fffffff, op_, "input too large for one CUDA launch (", n, " threads)");
+    run_kernel<K><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(k, n);
+    check_cuda(cudaGetLastError(), op_, "a kernel launch");
+  }
+
+  // gather_csr with size -1: validate indptr and read max(indptr[..., -1]) (one device-to-host copy,
+  // a host synchronisation); an invalid indptr raises here, with the CPU's message.
+  int64_t validate_and_max(const Geometry& g, const Tensor& indptr) {
+    Tensor ws = torch::stable::new_empty(indptr, {2}, ScalarType::Long);
+    torch::stable::fill_(ws, -1.0);  // both words start at ~0
+    u64* w = static_cast<u64*>(ws.mutable_data_ptr());
+    ErrorContext ec = errors(-1);
+    ec.err = w;
+    ec.tag = 0;
+    launch_validate(*this, g, ec, w + 1, Tuning());
+    const Tensor host = torch::stable::to(ws, torch::stable::Device(torch::headeronly::DeviceType::CPU));
+    const u64* hv = static_cast<const u64*>(host.const_data_ptr());
+    if (hv[0] != kNoError) {
+      const int64_t pos = static_cast<int64_t>(hv[0] >> kTagBits), len = g.S + 1;
+      const int64_t first = pos % len != 0 ? pos - 1 : pos;
+      Tensor flat = torch::stable::reshape(indptr, {g.indptr_rows * len});
+      const Tensor vals = torch::stable::to(torch::stable::narrow(flat, 0, first, pos - first + 1),
+                                            torch::stable::Device(torch::headeronly::DeviceType::CPU));
+      const int64_t* pv = static_cast<const int64_t*>(vals.const_data_ptr());
+      const int64_t value = pv[pos - first], prev = pos != first ? pv[0] : 0;
+      throw std::runtime_error(indptr_error_message(id_, pos, len, g.indptr_rows, value, prev, -1));
+    }
+    return static_cast<int64_t>(~hv[1]);
+  }
+
+  // TORCH_SEGOPS_CUDA_SYNC_CHECKS=1: wait for this call's kernels and report its indptr error now.
+  void finish() {
+    if (!sync_checks()) return;
+    check_cuda(cudaStreamSynchronize(stream_), op_, "cudaStreamSynchronize (TORCH_SEGOPS_CUDA_SYNC_CHECKS)");
+    raise_pending_error();
+  }
+
+ private:
+  const char* op_;
+  OpId id_;
+  int device_;
+  torch::stable::accelerator::DeviceGuard guard_;
+  Tensor like_;
+  cudaStream_t stream_ = nullptr;
+  DeviceErrorPtrs ptrs_;
+  uint32_t tag_ = 0;
+  std::vector<Tensor> keep_;
+};
+
+// ---- shapes --------------------------------------------------------------------------------------------
+
+// Batch -> indptr row, as make_csr_args' batch_offset but computable on the device: src's leading dims
+// (size-1 dims dropped) with the element stride of the matching indptr dim (0 where indptr broadcasts),
+// adjacent dims merged when their strides chain.
+BatchMap make_batch_map(const CsrArgs& a, const Tensor& src, const char* op) {
+  BatchMap m;
+  if (a.B == 0) return m;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (size, stride)
+  std::vector<int64_t> istride(static_cast<size_t>(a.dim), 0);
+  int64_t st = a.S + 1;
+  for (int64_t d = a.dim - 1; d >= 0; --d) {
+    istride[d] = st;
+    st *= a.indptr.size(d);
+  }
+  for (int64_t d = 0; d < a.dim; ++d) {
+    const int64_t size = src.size(d);
+    if (size == 1) continue;
+    const int64_t stride = a.indptr.size(d) == 1 ? 0 : istride[d];
+    if (!dims.empty() && dims.back().second == stride * size) {
+      dims.back() = {dims.back().first * size, stride};
+    } else {
+      dims.emplace_back(size, stride);
+    }
+  }
+  SEGOPS_CHECK(dims.size() <= static_cast<size_t>(BatchMap::kMaxDims), op,
+               "indptr broadcasts against src in more than ", BatchMap::kMaxDims,
+               " alternating groups of leading dims, which the CUDA kernels do not support; "
+               "expand indptr to src's leading shape first");
+  m.ndims = static_cast<int>(dims.size());
+  for (int i = 0; i < m.ndims; ++i) {
+    m.size[i] = dims[i].first;
+    m.stride[i] = dims[i].second;
+  }
+  // Cross-check with the host computation (a few batches at both ends).
+  for (int64_t b = 0; b < a.B; b = (b == 63 && a.B > 128) ? a.B - 64 : b + 1) {
+    SEGOPS_CHECK(m.offset(b) == a.batch_offset[b], op, "internal error: CUDA batch map disagrees for batch ", b);
+  }
+  return m;
+}
+
+Geometry make_geometry(const CsrArgs& a, const Tensor& src, const char* op) {
+  Geometry g;
+  g.B = a.B;
+  g.N = a.N;
+  g.S = a.S;
+  g.F = a.F;
+  g.indptr = cptr<int64_t>(a.indptr);
+  g.indptr_rows = a.indptr_rows;
+  g.bmap = make_batch_map(a, src, op);
+  return g;
+}
+
+template <typename A> constexpr ScalarType scalar_type_of() {
+  if constexpr (std::is_same_v<A, double>) {
+    return ScalarType::Double;
+  } else {
+    return ScalarType::Float;
+  }
+}
+
+// The reducers valid for T (integer dtypes: sum, min, max; make_csr_args' dtype dispatch already
+// rejected the others, so they are not instantiated).
+template <typename T, typename F>
+void dispatch_reduce(Reduce r, const F& f) {
+  using A = acc_t<T>;
+  switch (r) {
+    case Reduce::Sum: return f(TypeTag<SumOp<A>>{});
+    case Reduce::Min: return f(TypeTag<ArgExtremumOp<A, false>>{});
+    case Reduce::Max: return f(TypeTag<ArgExtremumOp<A, true>>{});
+    case Reduce::Mean:
+      if constexpr (std::is_floating_point_v<A>) return f(TypeTag<MeanOp<A>>{});
+      break;
+    case Reduce::LogSumExp:
+      if constexpr (std::is_floating_point_v<A>) return f(TypeTag<LogSumExpOp<A>>{});
+      break;
+  }
+  throw std::logic_error("torch_segops: reducer not available for this dtype");
+}
+
+// ---- ops -----------------------------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor> segment_reduce_cuda(Tensor src, Tensor indptr, std::string reduce) {
+  const char* op = "segment_csr";
+  const Reduce r = parse_reduce(reduce, op);
+  CsrArgs a = make_csr_args(src, indptr, op);
+  const bool with_arg = r == Reduce::Min || r == Reduce::Max;
+  const bool allow_int = r == Reduce::Sum || with_arg;
+  CudaCall call(a.src, op, kOpSegmentCsr);
+  Tensor out = torch::stable::new_empty(src, sizes_with_dim(src, a.dim, a.S));
+  Tensor arg = with_arg ? torch::stable::new_empty(src, sizes_with_dim(src, a.dim, a.S), ScalarType::Long)
+                        : torch::stable::new_empty(src, {0}, ScalarType::Long);
+  dispatch_dtype(src.scalar_type(), allow_int, op, "src", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Geometry g = make_geometry(a, src, op);
+    const T* x = cptr<T>(a.src);
+    dispatch_reduce<T>(r, [&](auto op_tag) {
+      using Op = typename decltype(op_tag)::type;
+      run_reduce<Op>(call, g, SrcLoad<T>{x}, mptr<T>(out), with_arg ? mptr<int64_t>(arg) : nullptr,
+                     call.errors(a.N), aligned16(x));
+    });
+  });
+  call.finish();
+  return {out, arg};
+}
+
+Tensor gather_csr_cuda(Tensor src, Tensor indptr, int64_t size) {
+  const char* op = "gather_csr";
+  CsrArgs a = make_csr_args(src, indptr, op);
+  SEGOPS_CHECK(a.N == a.S, op, "src.size(dim) must equal the number of segments indptr.size(-1) - 1 = ", a.S,
+               ", got ", a.N);
+  SEGOPS_CHECK(size >= -1, op, "size must be >= 0 (or -1 to read it from indptr), got ", size);
+  CudaCall call(a.src, op, kOpGatherCsr);
+  Tensor out;
+  dispatch_dtype(src.scalar_type(), true, op, "src", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Geometry g = make_geometry(a, src, op);
+    Publish pub;
+    int64_t R = size;
+    if (size < 0) {
+      R = call.validate_and_max(g, a.indptr);  // host synchronisation (documented)
+    } else {
+      const ErrorContext ec = call.errors(size);
+      launch_validate(call, g, ec, nullptr, Tuning());
+      pub = ec.publish(g);
+    }
+    out = torch::stable::new_empty(src, sizes_with_dim(src, a.dim, R));
+    const T* x = cptr<T>(a.src);
+    T* o = mptr<T>(out);
+    run_expand<SrcLoad<T>::kVec>(call, g, R, GatherFn<T>{x}, o, pub, aligned16(x) && aligned16(o));
+  });
+  call.finish();
+  return out;
+}
+
+Tensor segment_softmax_cuda(Tensor src, Tensor indptr) {
+  const char* op = "segment_softmax_csr";
+  CsrArgs a = make_csr_args(src, indptr, op);
+  CudaCall call(a.src, op, kOpSoftmax);
+  Tensor out = torch::stable::new_empty(src, src.sizes());
+  dispatch_dtype(src.scalar_type(), false, op, "src", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if constexpr (std::is_floating_point_v<A>) {  // integer dtypes were rejected by dispatch_dtype
+    const Geometry g = make_geometry(a, src, op);
+    const T* x = cptr<T>(a.src);
+    Tensor lse = torch::stable::new_empty(src, {a.B * a.S * a.F}, scalar_type_of<A>());
+    run_reduce<LogSumExpOp<A>>(call, g, SrcLoad<T>{x}, mptr<A>(lse), nullptr, call.errors(a.N), aligned16(x));
+    T* o = mptr<T>(out);
+    run_expand<SrcLoad<T>::kVec>(call, g, a.N, SoftmaxFn<T>{x, cptr<A>(lse)}, o, Publish{},
+                                 aligned16(x) && aligned16(o));
+    }
+  });
+  call.finish();
+  return out;
+}
+
+Tensor segment_softmax_backward_cuda(Tensor grad, Tensor out, Tensor indptr) {
+  const char* op = "segment_softmax_csr (backward)";
+  SEGOPS_CHECK(grad.sizes().equals(out.sizes()) && grad.scalar_type() == out.scalar_type(), op,
+               "grad and out must have the same shape and dtype");
+  CsrArgs a = make_csr_args(out, indptr, op, "out");
+  SEGOPS_CHECK(grad.is_cuda() && grad.get_device_index() == out.get_device_index(), op,
+               "grad and out must be on the same device");
+  const Tensor gc = torch::stable::contiguous(grad);
+  CudaCall call(a.src, op, kOpSoftmaxBackward);
+  Tensor grad_in = torch::stable::new_empty(out, out.sizes());
+  dispatch_dtype(out.scalar_type(), false, op, "out", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if constexpr (std::is_floating_point_v<A>) {  // integer dtypes were rejected by dispatch_dtype
+    const Geometry g = make_geometry(a, out, op);
+    const T* y = cptr<T>(a.src);
+    const T* gp = cptr<T>(gc);
+    Tensor dot = torch::stable::new_empty(out, {a.B * a.S * a.F}, scalar_type_of<A>());
+    run_reduce<SumOp<A>>(call, g, ProdLoad<T>{gp, y}, mptr<A>(dot), nullptr, call.errors(a.N),
+                         aligned16(gp) && aligned16(y));
+    T* o = mptr<T>(grad_in);
+    run_expand<SrcLoad<T>::kVec>(call, g, a.N, SoftmaxBackwardFn<T>{y, gp, cptr<A>(dot)}, o, Publish{},
+                                 aligned16(y) && aligned16(gp) && aligned16(o));
+    }
+  });
+  call.finish();
+  return grad_in;
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace torch_segops
+
+// For torch_segops.check_errors() (through ctypes; the caller synchronises the device first): copies the
+// pending asynchronous indptr error, if any, into buf (NUL-terminated, truncated to len) and clears it.
+// Returns 1 if there was one, 0 otherwise.
+extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_take_error(char* buf, size_t len) {
+  std::string msg;
+  if (!torch_segops::cuda::take_error(msg)) return 0;
+  if (buf != nullptr && len > 0) {
+    const size_t n = msg.size() < len - 1 ? msg.size() : len - 1;
+    std::memcpy(buf, msg.data(), n);
+    buf[n] = '\0';
+  }
+  return 1;
+}
+
+STABLE_TORCH_LIBRARY_IMPL(torch_segops, CUDA, m) {
+  m.impl("segment_reduce", TORCH_BOX(&torch_segops::cuda::segment_reduce_cuda));
+  m.impl("gather_csr", TORCH_BOX(&torch_segops::cuda::gather_csr_cuda));
+  m.impl("segment_softmax", TORCH_BOX(&torch_segops::cuda::segment_softmax_cuda));
+  m.impl("segment_softmax_backward", TORCH_BOX(&torch_segops::cuda::segment_softmax_backward_cuda));
+}

@@ -1,0 +1,874 @@
+// The CUDA kernels of torch_segops, written as per-thread functors plus host-side drivers.
+//
+// Every kernel is a functor with `operator()(int64_t tid)` that one GPU thread runs; threads of a
+// kernel never talk to each other (no shared memory, no shuffles, no float atomics), they only
+// communicate through global memory between kernels. segment_cuda.cu launches a functor with one
+// generic __global__ template; the host emulation test (testing/emulate_kernels.cpp, built with g++)
+// runs the very same functors and drivers thread by thread on the CPU, in any order, under
+// AddressSanitizer. That is how the index arithmetic and the clamping of invalid offsets are tested
+// without a GPU.
+//
+// Reductions (segment_reduce, and the per-segment parts of softmax and its backward):
+//   1. main: the merge path of (segment ends, rows) of every batch is cut into chunks of W items
+//      (merge_path.h), so a chunk costs the same whether it holds one piece of a huge segment or
+//      hundreds of empty ones. A group of G lanes owns a chunk and a tile of G*V features (lane j reads
+//      V contiguous features of each row with one vector load). Segments that start and end in the
+//      chunk are written directly. A segment still open at the chunk's end leaves a `carry` partial
+//      state, one that started before the chunk and ends in it a `head` state. For F == 1 one thread
+//      owns a chunk and reads its rows with aligned vector loads ("flat" path).
+//   2. levels: carries are combined in fixed groups of K consecutive chunks, level by level, in order
+//      (a group's carry = its trailing run of carries of one segment), until one level has <= K entries.
+//   3. fixup: the chunk holding a crossing segment's end merges, right to left, the carries of its run
+//      using at most K entries per level, then finalizes the segment.
+//   The plan (W, G, V, K) depends only on the shapes and dtype, never on the GPU or timing, so the
+//   order of every floating-point operation is fixed: results are bitwise identical run to run.
+// Expansions (gather, softmax, softmax backward): the same merge-path chunks over (segment ends,
+// output rows); 32 lanes per chunk write each output row once (features or rows across lanes, so
+// stores are coalesced); rows outside [indptr[0], indptr[-1]) are zero-filled in row blocks.
+//
+// Invalid indptr: every offset read by a kernel is clamped into the valid row range, so no kernel reads
+// or writes out of bounds whatever indptr holds (the results are then unspecified). The first kernel of
+// each op also validates indptr exactly like the CPU backend (a slice of offsets per thread) and
+// records the first bad position with an integer atomicMin in a per-device error word; a later kernel
+// of the same op copies the details into a host-mapped ErrorRecord, which the host reports at its next
+// call (see docs/cuda.md).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "merge_path.h"
+#include "reducers.h"
+
+namespace torch_segops {
+namespace cuda {
+
+using u64 = unsigned long long;
+
+#if defined(__CUDACC__)
+#define SEGOPS_UNROLL _Pragma("unroll")
+#else
+#define SEGOPS_UNROLL
+#endif
+
+// ---- device primitives (with host stand-ins, used only by the emulation test) ----------------------
+
+SEGOPS_HD void atomic_min_u64(u64* p, u64 v) {
+#if defined(__CUDA_ARCH__)
+  atomicMin(p, v);
+#else
+  if (v < *p) *p = v;
+#endif
+}
+
+SEGOPS_HD void atomic_cas_u64(u64* p, u64 expected, u64 desired) {
+#if defined(__CUDA_ARCH__)
+  atomicCAS(p, expected, desired);
+#else
+  if (*p == expected) *p = desired;
+#endif
+}
+
+SEGOPS_HD void fence_system() {
+#if defined(__CUDA_ARCH__)
+  __threadfence_system();
+#endif
+}
+
+SEGOPS_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+SEGOPS_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+SEGOPS_HD int64_t iclamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// V contiguous elements, aligned so that one load/store instruction moves them (16 bytes for V*T).
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+template <int V, typename T, typename A>
+SEGOPS_HD void load_vec(const T* p, int64_t e, A (&o)[V]) {
+  if constexpr (V == 1) {
+    o[0] = static_cast<A>(p[e]);
+  } else {
+    const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(p + e);
+SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) o[j] = static_cast<A>(v.v[j]);
+  }
+}
+
+template <int V, typename T>
+SEGOPS_HD void store_vec(T* p, int64_t e, const T (&o)[V]) {
+  if constexpr (V == 1) {
+    p[e] = o[0];
+  } else {
+    Vec<T, V> v;
+SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) v.v[j] = o[j];
+    *reinterpret_cast<Vec<T, V>*>(p + e) = v;
+  }
+}
+
+// ---- batch -> indptr row ---------------------------------------------------------------------------
+
+// Maps batch b (row-major over src's leading dims) to the element offset of its indptr row. Leading
+// dims where indptr has size 1 broadcast (stride 0). Built on the host with adjacent dims collapsed.
+struct BatchMap {
+  static constexpr int kMaxDims = 12;
+  int ndims = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[kMaxDims] = {};
+  SEGOPS_HD int64_t offset(int64_t b) const {
+    int64_t off = 0;
+SEGOPS_UNROLL
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      if (d < ndims) {
+        const int64_t q = b / size[d];
+        off += (b - q * size[d]) * stride[d];
+        b = q;
+      }
+    }
+    return off;
+  }
+};
+
+// ---- indptr errors ---------------------------------------------------------------------------------
+
+constexpr u64 kNoError = ~0ull;  // value of an empty error word
+constexpr int kTagBits = 16;     // low bits of the error word: the tag of the op call that found it
+
+// Written by the device into host memory mapped into its address space; `code` last.
+struct ErrorRecord {
+  int32_t code;    // 0: empty, 1: an invalid indptr was found
+  int32_t op;      // OpId
+  int32_t device;
+  int32_t pad;
+  int64_t pos;     // flat position in indptr
+  int64_t len;     // offsets per indptr row (S + 1)
+  int64_t rows;    // indptr rows
+  int64_t value;   // indptr[pos]
+  int64_t prev;    // indptr[pos - 1] (0 when pos starts a row)
+  int64_t limit;   // bound of the last offset, -1: none
+};
+
+enum OpId : int32_t { kOpSegmentCsr = 0, kOpGatherCsr = 1, kOpSoftmax = 2, kOpSoftmaxBackward = 3 };
+
+// The offset checks of the CPU backend, for position i of a flattened [rows, len] indptr.
+SEGOPS_HD bool indptr_bad(const int64_t* p, int64_t i, int64_t k, int64_t len, int64_t limit) {
+  return k == 0 ? p[i] < 0 : (p[i] < p[i - 1] || (k == len - 1 && limit >= 0 && p[i] > limit));
+}
+
+// Thread tid checks offsets [tid * per_thread, (tid + 1) * per_thread) and keeps the smallest bad
+// position in *err as (pos << 16 | tag), so that the op call that found it can claim it.
+struct Validate {
+  const int64_t* p = nullptr;
+  int64_t total = 0, len = 1, limit = -1, per_thread = 0;
+  u64* err = nullptr;
+  uint32_t tag = 0;
+  SEGOPS_HD void run(int64_t tid) const {
+    if (per_thread <= 0 || err == nullptr) return;
+    const int64_t i0 = tid * per_thread;
+    if (i0 >= total) return;
+    const int64_t i1 = imin(total, i0 + per_thread);
+    int64_t k = i0 % len;
+    for (int64_t i = i0; i < i1; ++i, ++k) {
+      if (k == len) k = 0;
+      if (indptr_bad(p, i, k, len, limit)) {
+        atomic_min_u64(err, (static_cast<u64>(i) << kTagBits) | tag);
+        return;
+      }
+    }
+  }
+};
+
+// Copies this call's error (if the error word holds one with our tag) into the host record, then
+// empties the word. Run by one thread of a kernel that follows the validating one.
+struct Publish {
+  u64* err = nullptr;
+  uint32_t tag = 0;
+  const int64_t* p = nullptr;
+  int64_t len = 1, rows = 0, limit = -1;
+  int32_t op = 0, device = 0;
+  ErrorRecord* rec = nullptr;
+  SEGOPS_HD void run() const {
+    if (err == nullptr || rec == nullptr) return;
+    const u64 v = *static_cast<volatile u64*>(err);
+    if (v == kNoError || (v & ((1u << kTagBits) - 1)) != tag) return;
+    const int64_t pos = static_cast<int64_t>(v >> kTagBits);
+    volatile ErrorRecord* r = rec;
+    if (r->code == 0) {  // keep an earlier, not yet reported error
+      r->op = op;
+      r->device = device;
+      r->pos = pos;
+      r->len = len;
+      r->rows = rows;
+      r->value = p[pos];
+      r->prev = pos % len != 0 ? p[pos - 1] : 0;
+      r->limit = limit;
+      fence_system();
+      r->code = 1;
+    }
+    atomic_cas_u64(err, v, kNoError);
+  }
+};
+
+// ---- element loaders (reductions read src, or grad * out for the softmax backward) ------------------
+
+template <typename T> struct SrcLoad {
+  using A = acc_t<T>;
+  static constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
+  const T* x;
+  template <int V> SEGOPS_HD void load(int64_t e, A (&o)[V]) const { load_vec<V>(x, e, o); }
+};
+
+template <typename T> struct ProdLoad {
+  using A = acc_t<T>;
+  static constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  const T* g;
+  const T* y;
+  template <int V> SEGOPS_HD void load(int64_t e, A (&o)[V]) const {
+    A a[V], b[V];
+    load_vec<V>(g, e, a);
+    load_vec<V>(y, e, b);
+SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) o[j] = a[j] * b[j];
+  }
+};
+
+// ---- reduction kernels -----------------------------------------------------------------------------
+
+// Row fetchers: fetch(row, x) fills x[V] with the features of `row` (absolute along dim) this thread owns.
+template <class Load, int V> struct LaneFetch {
+  using A = typename Load::A;
+  Load load;
+  int64_t row_elem0;  // (b * N) * F + f0
+  int64_t F;
+  SEGOPS_HD void operator()(int64_t row, A (&x)[V]) const { load.template load<V>(e(row), x); }
+  SEGOPS_HD int64_t e(int64_t row) const { return row_elem0 + row * F; }
+};
+
+// F == 1: one thread reads consecutive rows, VR at a time with an aligned vector load (kept in registers).
+template <class Load, int VR> struct FlatFetch {
+  using A = typename Load::A;
+  Load load;
+  int64_t elem0;  // b * N
+  int64_t total;  // elements of the whole input (vector loads never pass its end)
+  bool vec_ok;    // the input pointers are aligned for VR-wide loads
+  int64_t cached = -1;
+  A buf[VR];
+  SEGOPS_HD void operator()(int64_t row, A (&x)[1]) {
+    const int64_t e = elem0 + row;
+    if (VR == 1 || !vec_ok) {
+      load.template load<1>(e, x);
+      return;
+    }
+    const int64_t q = e / VR;
+    if (q != cached) {
+      if ((q + 1) * VR > total) {
+        load.template load<1>(e, x);
+        return;
+      }
+      load.template load<VR>(q * VR, buf);
+      cached = q;
+    }
+    const int j = static_cast<int>(e - q * VR);
+    A r = buf[0];
+SEGOPS_UNROLL
+    for (int jj = 1; jj < VR; ++jj) r = jj == j ? buf[jj] : r;  // no dynamic register indexing
+    x[0] = r;
+  }
+};
+
+// Folds rows [row0, row0 + count) into st[V]; positions are absolute rows along dim.
+template <class Op, int V, class Fetch>
+SEGOPS_HD void reduce_rows(typename Op::State (&st)[V], Fetch& fetch, int64_t row0, int64_t count) {
+  using A = std::remove_reference_t<decltype(Op::finalize(st[0], 0))>;
+SEGOPS_UNROLL
+  for (int v = 0; v < V; ++v) st[v] = Op::identity();
+  int64_t r = 0;
+  // Rows loaded before they are folded in: independent loads in flight per thread (fewer for wide
+  // vectors, which already move 16 bytes per load; more unrolling only grows the code).
+  constexpr int kU = V >= 4 ? 2 : 4;
+  for (; r + kU <= count; r += kU) {
+    A x[kU][V];
+SEGOPS_UNROLL
+    for (int u = 0; u < kU; ++u) fetch(row0 + r + u, x[u]);
+SEGOPS_UNROLL
+    for (int u = 0; u < kU; ++u) {
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row0 + r + u);
+    }
+  }
+  for (; r < count; ++r) {
+    A x[V];
+    fetch(row0 + r, x);
+SEGOPS_UNROLL
+    for (int v = 0; v < V; ++v) Op::step(st[v], x[v], row0 + r);
+  }
+}
+
+template <class Op, class OutT>
+SEGOPS_HD void write_result(const typename Op::State& st, int64_t count, int64_t N, OutT* out, int64_t* arg,
+                            int64_t o) {
+  out[o] = static_cast<OutT>(Op::finalize(st, count));
+  if constexpr (Op::kHasArg) {
+    if (arg != nullptr) arg[o] = count > 0 ? st.arg : N;
+  }
+}
+
+template <class Op, int V, class OutT>
+SEGOPS_HD void write_results(const typename Op::State (&st)[V], int64_t count, int64_t N, OutT* out, int64_t* arg,
+                             int64_t o) {
+  OutT r[V];
+SEGOPS_UNROLL
+  for (int v = 0; v < V; ++v) r[v] = static_cast<OutT>(Op::finalize(st[v], count));
+  store_vec<V>(out, o, r);
+  if constexpr (Op::kHasArg) {
+    if (arg != nullptr) {
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) arg[o + v] = count > 0 ? st[v].arg : N;
+    }
+  }
+}
+
+// Pass 1. Thread tid = ((chunk * tiles) + tile) * G + lane. kFlat: F == 1, G = tiles = 1, V = 1, rows
+// read VR at a time.
+template <class Op, class Load, class OutT, int V, bool kFlat, int VR = 1>
+struct ReduceMain {
+  using State = typename Op::State;
+  Load load;
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t N, S, F;
+  int64_t W, cpb, G, tiles, ft;  // items per chunk, chunks per batch, lanes, tiles, features per tile
+  OutT* out;
+  int64_t* arg;
+  State* carry;    // [C, F]
+  State* head;     // [C, F]
+  int64_t* ckey;   // [C]: global segment (b * S + s) of carry[c], -1 if none
+  int64_t* hkey;   // [C]
+  int64_t total;   // B * N * F (flat path bound)
+  bool vec_ok;     // flat path: aligned for VR-wide loads
+  Validate val;
+
+  SEGOPS_HD void operator()(int64_t tid) const {
+    val.run(tid);
+    const int64_t unit = tid / G, lane = tid - unit * G;
+    const int64_t c = unit / tiles, tile = unit - c * tiles;
+    const int64_t b = c / cpb, ci = c - b * cpb;
+    const int64_t f0 = tile * ft + lane * V;
+    if (f0 >= F) return;  // idle lane of the last tile (never the key writer: tile 0 lane 0 has f0 = 0)
+    const bool key_writer = tile == 0 && lane == 0;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t base = iclamp(p[0], 0, N), end = iclamp(p[S], base, N), nnz = end - base;
+    const int64_t d0 = ci * W;
+    int64_t ck = -1, hk = -1;
+    if (d0 < S + nnz) {
+      const MergeCoord m0 = merge_path_search(p, S, nnz, d0);
+      const MergeCoord m1 = merge_path_search(p, S, nnz, imin(d0 + W, S + nnz));
+      if constexpr (kFlat) {
+        FlatFetch<Load, VR> fetch{load, b * N, total, vec_ok};
+        walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
+      } else {
+        LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
+        walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
+      }
+    }
+    if (key_writer) {
+      ckey[c] = ck;
+      hkey[c] = hk;
+    }
+  }
+
+  template <class Fetch>
+  SEGOPS_HD void walk(Fetch& fetch, const int64_t* p, int64_t b, int64_t c, int64_t f0, int64_t base, int64_t end,
+                      MergeCoord m0, MergeCoord m1, int64_t& ck, int64_t& hk) const {
+    const int64_t s_end = imin(m1.seg, S - 1);
+    for (int64_t s = m0.seg; s <= s_end; ++s) {
+      const int64_t seg_lo = iclamp(p[s], base, end) - base, seg_hi = iclamp(p[s + 1], base, end) - base;
+      const int64_t lo = imax(seg_lo, m0.row), hi = imin(seg_hi, m1.row);
+      const int64_t count = imax(hi - lo, 0);
+      // where the piece goes: 0 complete segment, 1 carry (open at the chunk's end), 2 head (started
+      // in an earlier chunk, ends here). One reduce_rows call site keeps the kernel small.
+      const int kind = s == m1.seg ? 1 : (s == m0.seg && seg_lo < m0.row ? 2 : 0);
+      if (kind == 1 && count == 0) continue;
+      State st[V];
+      reduce_rows<Op, V>(st, fetch, base + lo, count);
+      if (kind == 0) {
+        write_results<Op, V>(st, imax(seg_hi - seg_lo, 0), N, out, arg, (b * S + s) * F + f0);
+      } else {
+        State* dst = (kind == 1 ? carry : head) + c * F + f0;
+        SEGOPS_UNROLL
+        for (int v = 0; v < V; ++v) dst[v] = st[v];
+        (kind == 1 ? ck : hk) = b * S + s;
+      }
+    }
+  }
+};
+
+constexpr int kMaxLevels = 8;
+
+// Pass 2 (one launch per level): entry g of level l+1 = the trailing run of level-l carries of group g
+// (entries [g*K, min((g+1)*K, n_in))) that share the key of the group's last entry, merged in order.
+template <class Op> struct LevelCarry {
+  using State = typename Op::State;
+  const State* carry_in;
+  const int64_t* key_in;
+  int64_t n_in;
+  State* carry_out;
+  int64_t* key_out;
+  int64_t n_out, F, K;
+  SEGOPS_HD void operator()(int64_t tid) const {
+    const int64_t g = tid / F, f = tid - g * F;
+    if (g >= n_out) return;
+    const int64_t last = imin((g + 1) * K, n_in) - 1;
+    const int64_t k = key_in[last];
+    if (f == 0) key_out[g] = k;
+    if (k < 0) return;
+    State acc = carry_in[last * F + f];
+    for (int64_t j = last - 1; j >= g * K && key_in[j] == k; --j) {
+      State t = carry_in[j * F + f];
+      Op::merge(t, acc);
+      acc = t;
+    }
+    carry_out[g * F + f] = acc;
+  }
+};
+
+// Pass 3. Thread (chunk c, feature f): if a crossing segment ends in chunk c, merge its carries right
+// to left (at most K per level, climbing a level at each group start) and write the result. Thread 0
+// also publishes this call's indptr error.
+template <class Op, class OutT> struct Fixup {
+  using State = typename Op::State;
+  const State* carry[kMaxLevels];
+  const int64_t* key[kMaxLevels];
+  int L;
+  int64_t K;
+  const State* head;
+  const int64_t* hkey;
+  int64_t C, N, S, F;
+  const int64_t* indptr;
+  BatchMap bmap;
+  OutT* out;
+  int64_t* arg;
+  Publish pub;
+
+  SEGOPS_HD void operator()(int64_t tid) const {
+    if (tid == 0) pub.run();
+    if (tid >= C * F) return;
+    const int64_t c = tid / F, f = tid - c * F;
+    const int64_t k = hkey[c];
+    if (k < 0) return;
+    State acc = head[c * F + f];
+    int l = 0;
+    int64_t j = c - 1;
+    while (j >= 0) {
+      const bool top = l + 1 >= L;
+      const int64_t gs = top ? 0 : (j / K) * K;
+      const State* cl = carry[l];
+      const int64_t* kl = key[l];
+      while (j >= gs && kl[j] == k) {
+        State t = cl[j * F + f];
+        Op::merge(t, acc);
+        acc = t;
+        --j;
+      }
+      if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
+      j = gs / K - 1;             // the group before, one level up
+      ++l;
+    }
+    const int64_t b = k / S, s = k - b * S;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t base = iclamp(p[0], 0, N), end = iclamp(p[S], base, N);
+    const int64_t count = imax(iclamp(p[s + 1], base, end) - iclamp(p[s], base, end), 0);
+    write_result<Op>(acc, count, N, out, arg, k * F + f);
+  }
+};
+
+// Standalone validation (ops with nothing to reduce, and gather). With max_last, also the largest last
+// offset of the indptr rows (gather with size -1): stored as atomicMin(~max) so the word starts at ~0.
+struct ValidateKernel {
+  Validate val;
+  u64* max_last = nullptr;
+  SEGOPS_HD void operator()(int64_t tid) const {
+    val.run(tid);
+    if (max_last == nullptr) return;
+    const int64_t i0 = tid * val.per_thread;
+    if (i0 >= val.total) return;
+    const int64_t i1 = imin(val.total, i0 + val.per_thread);
+    int64_t m = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+      if (i % val.len == val.len - 1 && val.p[i] > m) m = val.p[i];
+    }
+    atomic_min_u64(max_last, ~static_cast<u64>(m));
+  }
+};
+
+// ---- expansion kernels -----------------------------------------------------------------------------
+
+// Output element e (in [B, R, F]) from the segment element se (in [B, S, F]); V features at once.
+template <typename T> struct GatherFn {
+  using OutT = T;
+  const T* src;
+  template <int V> SEGOPS_HD void apply(int64_t, int64_t se, T (&o)[V]) const {
+    if constexpr (V == 1) {
+      o[0] = src[se];
+    } else {
+      const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(src + se);
+SEGOPS_UNROLL
+      for (int j = 0; j < V; ++j) o[j] = v.v[j];
+    }
+  }
+};
+
+template <typename T> struct SoftmaxFn {
+  using OutT = T;
+  using A = acc_t<T>;
+  const T* x;
+  const A* lse;  // [B, S, F]
+  template <int V> SEGOPS_HD void apply(int64_t e, int64_t se, T (&o)[V]) const {
+    A xv[V], lv[V];
+    load_vec<V>(x, e, xv);
+    load_vec<V>(lse, se, lv);
+SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) o[j] = static_cast<T>(std::exp(xv[j] - lv[j]));
+  }
+};
+
+template <typename T> struct SoftmaxBackwardFn {
+  using OutT = T;
+  using A = acc_t<T>;
+  const T* y;
+  const T* g;
+  const A* dot;  // [B, S, F]: segment sums of g * y
+  template <int V> SEGOPS_HD void apply(int64_t e, int64_t se, T (&o)[V]) const {
+    A yv[V], gv[V], dv[V];
+    load_vec<V>(y, e, yv);
+    load_vec<V>(g, e, gv);
+    load_vec<V>(dot, se, dv);
+SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) o[j] = static_cast<T>(yv[j] * (gv[j] - dv[j]));
+  }
+};
+
+// Thread tid = chunk * 32 + lane. Chunk ci of batch b writes the output rows of merge-path items
+// [ci * W, (ci + 1) * W) and zero-fills the rows of [ci * Wz, (ci + 1) * Wz) outside [indptr[0], indptr[S]).
+template <class Fn, int V> struct Expand {
+  using OutT = typename Fn::OutT;
+  static constexpr int kLanes = 32;
+  Fn fn;
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t R, S, F;         // output rows per batch, segments, features
+  int64_t W, cpb, Wz, C;   // items per chunk, chunks per batch, zero rows per chunk, chunks
+  int64_t nfv;             // feature vectors per row (F / V)
+  OutT* out;
+  Publish pub;
+
+  SEGOPS_HD void operator()(int64_t tid) const {
+    if (tid == 0) pub.run();
+    const int64_t c = tid / kLanes, lane = tid - c * kLanes;
+    if (c >= C) return;
+    const int64_t b = c / cpb, ci = c - b * cpb;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t base = iclamp(p[0], 0, R), end = iclamp(p[S], base, R), nnz = end - base;
+    // Lanes walk (row, feature vector) pairs q = lane, lane + 32, ... of a row range in order; the pair
+    // advances by (32 / nfv rows, 32 % nfv vectors) with a carry, so there is no division per item.
+    const int64_t dr = kLanes / nfv, dv = kLanes - dr * nfv;
+    const int64_t r_first = lane / nfv, v_first = lane - r_first * nfv;
+
+    // 1. zero rows: [z0, z1) minus [base, end), as two row pieces walked as one
+    const int64_t z0 = ci * Wz, z1 = imin(z0 + Wz, R);
+    const int64_t a0 = z0, n1 = imax(imin(z1, base) - z0, 0);
+    const int64_t b0 = imax(z0, end), n2 = imax(z1 - b0, 0);
+    OutT z[V];
+    SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) z[j] = OutT(0);
+    for (int64_t r = r_first, v = v_first; r < n1 + n2;) {
+      const int64_t row = r < n1 ? a0 + r : b0 + (r - n1);
+      store_vec<V>(out, (b * R + row) * F + v * V, z);
+      r += dr;
+      v += dv;
+      if (v >= nfv) {
+        v -= nfv;
+        ++r;
+      }
+    }
+
+    // 2. rows of the chunk's merge-path items, each from its segment
+    const int64_t d0 = ci * W;
+    if (S == 0 || d0 >= S + nnz) return;
+    const MergeCoord m0 = merge_path_search(p, S, nnz, d0);
+    const MergeCoord m1 = merge_path_search(p, S, nnz, imin(d0 + W, S + nnz));
+    const int64_t r0 = m0.row, nrows = imax(m1.row - m0.row, 0);
+    int64_t s = imin(m0.seg, S - 1);
+    for (int64_t r = r_first, v = v_first; r < nrows;) {
+      const int64_t rr = r0 + r;  // rows only increase along the loop: advance the segment
+      while (s < S - 1 && iclamp(p[s + 1], base, end) - base <= rr) ++s;
+      const int64_t e = (b * R + base + rr) * F + v * V, se = (b * S + s) * F + v * V;
+      OutT o[V];
+      fn.template apply<V>(e, se, o);
+      store_vec<V>(out, e, o);
+      r += dr;
+      v += dv;
+      if (v >= nfv) {
+        v -= nfv;
+        ++r;
+      }
+    }
+  }
+};
+
+// ---- plans (host) ----------------------------------------------------------------------------------
+
+// Tunables. The plan depends only on shapes and dtype (never on the GPU), so results are reproducible.
+struct Tuning {
+  int64_t target_threads = int64_t(1) << 19;  // grow chunks until a launch has at most this many threads
+  int64_t reduce_w_min = 32, reduce_w_max = 256, flat_w_max = 1024;
+  int64_t expand_w_min = 32, expand_work_max = 8192;  // expand: W * nfv <= this
+  int64_t level_k = 64;                               // carries merged per group and level
+  int64_t max_lanes = 64;                             // lanes sharing one reduction chunk
+  int64_t validate_per_thread = 16;                   // offsets per thread of a standalone validation
+};
+
+struct ReducePlan {
+  bool flat = false;
+  int V = 1;
+  int64_t G = 1, tiles = 1, ft = 1, W = 1, cpb = 0, C = 0, main_threads = 0;
+  int L = 1;
+  int64_t n[kMaxLevels] = {};
+};
+
+// vmax: elements per 16-byte vector of the input dtype; vec_ok: F % vmax == 0 and pointers aligned.
+inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vmax, bool vec_ok,
+                              const Tuning& t = Tuning()) {
+  ReducePlan pl;
+  if (B == 0 || S == 0 || F == 0) return pl;  // nothing to reduce (validation still runs)
+  pl.flat = F == 1;
+  pl.V = (!pl.flat && vec_ok && F % vmax == 0) ? vmax : 1;
+  const int64_t nfv = F / pl.V;
+  pl.G = pl.flat ? 1 : imin(nfv, t.max_lanes);
+  pl.tiles = ceil_div(nfv, pl.G);
+  pl.ft = pl.G * pl.V;
+  const int64_t w_max = pl.flat ? t.flat_w_max : t.reduce_w_max;
+  pl.W = t.reduce_w_min;
+  while (pl.W < w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.target_threads) pl.W *= 2;
+  pl.cpb = ceil_div(S + N, pl.W);
+  pl.C = B * pl.cpb;
+  pl.main_threads = pl.C * pl.G * pl.tiles;
+  pl.n[0] = pl.C;
+  pl.L = 1;
+  while (pl.n[pl.L - 1] > t.level_k && pl.L < kMaxLevels) {
+    pl.n[pl.L] = ceil_div(pl.n[pl.L - 1], t.level_k);
+    ++pl.L;
+  }
+  return pl;
+}
+
+struct ExpandPlan {
+  int V = 1;
+  int64_t nfv = 0, W = 1, cpb = 0, Wz = 0, C = 0, threads = 0;
+};
+
+inline ExpandPlan plan_expand(int64_t B, int64_t R, int64_t S, int64_t F, int vmax, bool vec_ok,
+                              const Tuning& t = Tuning()) {
+  ExpandPlan pl;
+  if (B == 0 || R == 0 || F == 0) return pl;
+  pl.V = (vec_ok && F % vmax == 0) ? vmax : 1;
+  pl.nfv = F / pl.V;
+  const int64_t w_max = imax(t.expand_w_min, t.expand_work_max / pl.nfv);
+  pl.W = t.expand_w_min;
+  while (pl.W < w_max && B * ceil_div(S + R, pl.W) * 32 > t.target_threads) pl.W *= 2;
+  pl.cpb = ceil_div(S + R, pl.W);
+  pl.Wz = ceil_div(R, pl.cpb);
+  pl.C = B * pl.cpb;
+  pl.threads = pl.C * 32;
+  return pl;
+}
+
+// ---- drivers (host): plan, carve the workspace, launch the kernels in order --------------------------
+//
+// Exec provides: void* workspace(size_t bytes) (device memory alive until the op returns) and
+// template <class K> void launch(const K& k, int64_t threads).
+
+struct Geometry {
+  int64_t B = 1, N = 0, S = 0, F = 1;  // src viewed as [B, N, F]; S segments
+  const int64_t* indptr = nullptr;     // contiguous int64 rows of S + 1 offsets
+  int64_t indptr_rows = 0;
+  BatchMap bmap;
+};
+
+struct ErrorContext {
+  u64* err = nullptr;  // per-device error word (nullptr: no checks)
+  ErrorRecord* rec = nullptr;
+  uint32_t tag = 0;
+  int32_t op = 0, device = 0;
+  int64_t limit = -1;
+  Validate validate(const Geometry& g, int64_t threads) const {
+    Validate v;
+    v.p = g.indptr;
+    v.len = g.S + 1;
+    v.total = g.indptr_rows * v.len;
+    v.limit = limit;
+    v.err = err;
+    v.tag = tag;
+    v.per_thread = threads > 0 ? ceil_div(v.total, threads) : 0;
+    return v;
+  }
+  Publish publish(const Geometry& g) const {
+    Publish p;
+    p.err = err;
+    p.tag = tag;
+    p.p = g.indptr;
+    p.len = g.S + 1;
+    p.rows = g.indptr_rows;
+    p.limit = limit;
+    p.op = op;
+    p.device = device;
+    p.rec = rec;
+    return p;
+  }
+};
+
+struct Carver {
+  char* base = nullptr;
+  size_t off = 0;
+  template <typename X> X* take(int64_t n) {
+    off = (off + 255) / 256 * 256;
+    X* p = reinterpret_cast<X*>(base == nullptr ? nullptr : base + off);
+    off += static_cast<size_t>(n) * sizeof(X);
+    return p;
+  }
+};
+
+template <class Exec>
+void launch_validate(Exec& ex, const Geometry& g, const ErrorContext& ec, u64* max_last, const Tuning& t) {
+  const int64_t total = g.indptr_rows * (g.S + 1);
+  if (total == 0) return;
+  ValidateKernel k;
+  const int64_t threads = ceil_div(total, t.validate_per_thread);
+  k.val = ec.validate(g, threads);
+  k.max_last = max_last;
+  if (max_last != nullptr) k.val.per_thread = t.validate_per_thread;  // the max needs every thread's slice
+  ex.launch(k, threads);
+}
+
+// out/arg: [B, S, F]. Load::A must be the reducer's accumulation type.
+// vec_ok: the input pointers are 16-byte aligned (the plan also needs F % Load::kVec == 0 for V > 1).
+template <class Op, class Load, class OutT, class Exec>
+void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_t* arg, const ErrorContext& ec,
+                bool vec_ok, const Tuning& t = Tuning()) {
+  using State = typename Op::State;
+  const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, t);
+  Fixup<Op, OutT> fx{};
+  fx.L = pl.L;
+  fx.K = t.level_k;
+  fx.C = pl.C;
+  fx.N = g.N;
+  fx.S = g.S;
+  fx.F = g.F;
+  fx.indptr = g.indptr;
+  fx.bmap = g.bmap;
+  fx.out = out;
+  fx.arg = arg;
+  fx.pub = ec.publish(g);
+  if (pl.main_threads == 0) {  // nothing to reduce: validate, then publish
+    launch_validate(ex, g, ec, nullptr, t);
+    ex.launch(fx, 1);
+    return;
+  }
+  // workspace: level-0 carries/heads/keys, then the carries/keys of the higher levels
+  State* carry[kMaxLevels] = {};
+  int64_t* key[kMaxLevels] = {};
+  State* head = nullptr;
+  int64_t* hkey = nullptr;
+  Carver cv;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) cv = Carver{static_cast<char*>(ex.workspace(cv.off)), 0};
+    head = cv.take<State>(pl.C * g.F);
+    hkey = cv.take<int64_t>(pl.C);
+    for (int l = 0; l < pl.L; ++l) {
+      carry[l] = cv.take<State>(pl.n[l] * g.F);
+      key[l] = cv.take<int64_t>(pl.n[l]);
+    }
+  }
+  auto fill_main = [&](auto& k) {
+    k.load = load;
+    k.indptr = g.indptr;
+    k.bmap = g.bmap;
+    k.N = g.N;
+    k.S = g.S;
+    k.F = g.F;
+    k.W = pl.W;
+    k.cpb = pl.cpb;
+    k.G = pl.G;
+    k.tiles = pl.tiles;
+    k.ft = pl.ft;
+    k.out = out;
+    k.arg = arg;
+    k.carry = carry[0];
+    k.head = head;
+    k.ckey = key[0];
+    k.hkey = hkey;
+    k.total = g.B * g.N * g.F;
+    k.vec_ok = vec_ok;
+    k.val = ec.validate(g, pl.main_threads);
+    ex.launch(k, pl.main_threads);
+  };
+  if (pl.flat) {
+    ReduceMain<Op, Load, OutT, 1, true, Load::kVec> k{};
+    fill_main(k);
+  } else if (pl.V > 1) {
+    ReduceMain<Op, Load, OutT, Load::kVec, false> k{};
+    fill_main(k);
+  } else {
+    ReduceMain<Op, Load, OutT, 1, false> k{};
+    fill_main(k);
+  }
+  for (int l = 1; l < pl.L; ++l) {
+    LevelCarry<Op> lc{carry[l - 1], key[l - 1], pl.n[l - 1], carry[l], key[l], pl.n[l], g.F, t.level_k};
+    ex.launch(lc, pl.n[l] * g.F);
+  }
+  for (int l = 0; l < pl.L; ++l) {
+    fx.carry[l] = carry[l];
+    fx.key[l] = key[l];
+  }
+  fx.head = head;
+  fx.hkey = hkey;
+  ex.launch(fx, imax(1, pl.C * g.F));
+}
+
+// out: [B, R, F]; Fn::apply reads the segment data ([B, S, F]) and, for softmax, the [B, R, F] inputs.
+// kVec: elements per 16-byte vector of the element type; vec_ok: all pointers 16-byte aligned.
+template <int kVec, class Fn, class Exec>
+void run_expand(Exec& ex, const Geometry& g, int64_t R, const Fn& fn, typename Fn::OutT* out, const Publish& pub,
+                bool vec_ok, const Tuning& t = Tuning()) {
+  const ExpandPlan pl = plan_expand(g.B, R, g.S, g.F, kVec, vec_ok, t);
+  auto go = [&](auto& k) {
+    k.fn = fn;
+    k.indptr = g.indptr;
+    k.bmap = g.bmap;
+    k.R = R;
+    k.S = g.S;
+    k.F = g.F;
+    k.W = pl.W;
+    k.cpb = pl.cpb;
+    k.Wz = pl.Wz;
+    k.C = pl.C;
+    k.nfv = pl.nfv;
+    k.out = out;
+    k.pub = pub;
+    ex.launch(k, imax(pl.threads, pub.err != nullptr ? 1 : 0));
+  };
+  if (pl.V > 1) {
+    Expand<Fn, kVec> k{};
+    go(k);
+  } else {
+    Expand<Fn, 1> k{};
+    go(k);
+  }
+}
+
+}  // namespace cuda
+}  // namespace torch_segops
