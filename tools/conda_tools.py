@@ -10,11 +10,8 @@ import asyncio
 import json
 import re
 import shutil
-import subprocess
-import tarfile
 import time
 import urllib.request
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 

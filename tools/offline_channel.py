@@ -34,7 +34,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import zipfile
@@ -87,15 +86,13 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 def _rattler():
     try:
-        import rattler  # noqa: F401
-        import rattler_build  # noqa: F401
+        import rattler
+        import rattler_build
     except ImportError as e:
         raise ChannelError(
             f"{e.name} is not installed. Install the pinned tools first:\n"
             "  python -m pip install py-rattler==0.28.0 py-rattler-build==0.73.0"
         ) from e
-    import rattler
-    import rattler_build
     return rattler, rattler_build
 
 
