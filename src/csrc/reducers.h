@@ -15,7 +15,7 @@
 #if defined(__CUDACC__)
 #define SEGOPS_HD __host__ __device__ __forceinline__
 #else
-#define SEGOPS_HD inline
+#define SEGOPS_HD __attribute__((always_inline)) inline
 #endif
 
 namespace torch_segops {
@@ -61,10 +61,11 @@ template <typename A, bool kIsMax> struct ArgExtremumOp {
   SEGOPS_HD static bool better(A x, A than) { return kIsMax ? x > than : x < than; }
   SEGOPS_HD static State identity() { return {A(0), kNoArg}; }
   SEGOPS_HD static void step(State& s, A x, int64_t pos) {
-    if (s.arg == kNoArg || (!is_nan(s.v) && (better(x, s.v) || is_nan(x)))) {
-      s.v = x;
-      s.arg = pos;
-    }
+    // Branch-free selects, so the feature loop vectorises.
+    const bool seen_nan = is_nan(s.v);
+    const bool take = (s.arg == kNoArg) | ((better(x, s.v) | is_nan(x)) & !seen_nan);
+    s.v = take ? x : s.v;
+    s.arg = take ? pos : s.arg;
   }
   SEGOPS_HD static void merge(State& a, const State& b) {
     if (b.arg == kNoArg) return;
