@@ -256,7 +256,7 @@ template <class Load, int VR> struct FlatFetch {
   int64_t total;  // elements of the whole input (vector loads never pass its end)
   bool vec_ok;    // the input pointers are aligned for VR-wide loads
   int64_t cached = -1;
-  A buf[VR];
+  A buf[VR] = {};
   SEGOPS_HD void operator()(int64_t row, A (&x)[1]) {
     const int64_t e = elem0 + row;
     if (VR == 1 || !vec_ok) {

@@ -1,0 +1,715 @@
+// Host emulation test of the CUDA kernels (no GPU needed). Not part of the library.
+//
+// Runs the real functors and drivers of segment_kernels.cuh thread by thread on the CPU, through an
+// Exec that stands in for CudaCall (workspaces filled with garbage, launches in forward, reverse or
+// shuffled thread order), and checks, for every op, dtype path (flat / vector lanes / scalar lanes,
+// aligned or not) and plan (default tuning and tiny chunks that force deep carry levels):
+//   - results equal a naive sequential reference (bitwise for sum/mean/min/max/gather/backward on
+//     integer-valued data, within tolerance for logsumexp/softmax);
+//   - results are bitwise identical whatever order the threads run in (kernel threads are independent);
+//   - invalid indptr never reads or writes out of bounds (built with -fsanitize=address,undefined,
+//     including alignment of the vector loads) and is reported with the CPU's first bad position.
+// Build and run: tests/test_cuda_build.py (g++ -std=c++17 -fsanitize=address,undefined ...).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/segment_kernels.cuh"
+
+using namespace torch_segops;
+using namespace torch_segops::cuda;
+using Half = torch::headeronly::Half;
+using BF16 = torch::headeronly::BFloat16;
+
+static long g_checks = 0, g_failures = 0;
+static std::string g_ctx;
+
+#define EXPECT(cond, ...)                                                   \
+  do {                                                                      \
+    ++g_checks;                                                             \
+    if (!(cond)) {                                                          \
+      if (++g_failures <= 40) {                                             \
+        std::fprintf(stderr, "FAIL line %d [%s]: ", __LINE__, g_ctx.c_str()); \
+        std::fprintf(stderr, __VA_ARGS__);                                  \
+        std::fputc('\n', stderr);                                           \
+      }                                                                     \
+    }                                                                       \
+  } while (0)
+
+// ---- exact-size buffers (AddressSanitizer sees every overrun) -------------------------------------------
+
+template <typename X> struct Buf {
+  X* base = nullptr;
+  X* p = nullptr;
+  size_t n = 0;
+  Buf() = default;
+  // misalign: place the data one element after a 16-byte boundary
+  explicit Buf(size_t count, bool misalign = false) : n(count) {
+    void* m = nullptr;
+    const size_t extra = misalign ? 1 : 0;
+    if (posix_memalign(&m, 64, (count + extra) * sizeof(X) + (count + extra == 0 ? 1 : 0)) != 0) std::abort();
+    base = static_cast<X*>(m);
+    p = base + extra;
+    std::memset(static_cast<void*>(base), 0xA5, (count + extra) * sizeof(X));
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  Buf(Buf&& o) noexcept : base(o.base), p(o.p), n(o.n) { o.base = o.p = nullptr; }
+  Buf& operator=(Buf&& o) noexcept {
+    std::swap(base, o.base);
+    std::swap(p, o.p);
+    std::swap(n, o.n);
+    return *this;
+  }
+  ~Buf() { std::free(base); }
+  X& operator[](size_t i) { return p[i]; }
+  const X& operator[](size_t i) const { return p[i]; }
+};
+
+struct HostExec {
+  int order = 0;  // 0 forward, 1 reverse, 2 shuffled (fixed seed)
+  std::vector<void*> mem;
+  int64_t launches = 0;
+  void* workspace(size_t bytes) {
+    void* m = nullptr;
+    if (posix_memalign(&m, 256, bytes == 0 ? 1 : bytes) != 0) std::abort();
+    std::memset(m, 0xA5, bytes);  // garbage: any read of an unwritten partial state shows up
+    mem.push_back(m);
+    return m;
+  }
+  template <class K> void launch(const K& k, int64_t n) {
+    ++launches;
+    if (n <= 0) return;
+    if (order == 0) {
+      for (int64_t t = 0; t < n; ++t) k(t);
+    } else if (order == 1) {
+      for (int64_t t = n - 1; t >= 0; --t) k(t);
+    } else {
+      std::vector<int64_t> ids(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) ids[t] = t;
+      std::mt19937_64 rng(12345 + n);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      for (int64_t t : ids) k(t);
+    }
+  }
+  ~HostExec() {
+    for (void* m : mem) std::free(m);
+  }
+};
+
+// ---- test problems ---------------------------------------------------------------------------------
+
+struct Problem {
+  std::string name;
+  std::vector<int64_t> lead;      // src leading dims
+  std::vector<int64_t> ind_lead;  // indptr leading dims (equal or 1)
+  int64_t N = 0, S = 0, F = 1;
+  std::vector<int64_t> indptr;    // contiguous [prod(ind_lead), S + 1]
+  int64_t B() const {
+    int64_t b = 1;
+    for (int64_t d : lead) b *= d;
+    return b;
+  }
+  int64_t rows() const {
+    int64_t r = 1;
+    for (int64_t d : ind_lead) r *= d;
+    return r;
+  }
+  // host reference: element offset of batch b's indptr row
+  int64_t row_offset(int64_t b) const {
+    int64_t off = 0, mul = S + 1;
+    for (int64_t d = static_cast<int64_t>(lead.size()) - 1; d >= 0; --d) {
+      const int64_t i = b % lead[d];
+      b /= lead[d];
+      if (ind_lead[d] != 1) off += i * mul;
+      mul *= ind_lead[d];
+    }
+    return off;
+  }
+  BatchMap bmap() const {
+    BatchMap m;
+    m.ndims = static_cast<int>(lead.size());
+    int64_t mul = S + 1;
+    for (int64_t d = m.ndims - 1; d >= 0; --d) {
+      m.size[d] = lead[d];
+      m.stride[d] = ind_lead[d] == 1 ? 0 : mul;
+      mul *= ind_lead[d];
+    }
+    return m;
+  }
+  Geometry geometry(const int64_t* ip) const {
+    Geometry g;
+    g.B = B();
+    g.N = N;
+    g.S = S;
+    g.F = F;
+    g.indptr = ip;
+    g.indptr_rows = rows();
+    g.bmap = bmap();
+    return g;
+  }
+};
+
+// One indptr row of S + 1 offsets inside [lo_bound, hi_bound] with the given length distribution.
+std::vector<int64_t> make_row(std::mt19937_64& rng, int64_t N, int64_t S, int kind) {
+  std::vector<int64_t> p(static_cast<size_t>(S + 1));
+  std::uniform_int_distribution<int64_t> any(0, N);
+  int64_t start = 0, stop = N;
+  if (kind % 2 == 1 && N > 2) {  // rows outside [indptr[0], indptr[S]) exist
+    start = any(rng) / 3;
+    stop = N - any(rng) / 3;
+    if (stop < start) std::swap(start, stop);
+  }
+  const int64_t span = stop - start;
+  if (S == 0) {
+    p[0] = start;
+    return p;
+  }
+  std::vector<int64_t> len(static_cast<size_t>(S), 0);
+  switch (kind / 2) {
+    case 0: {  // uniform cut points (some empty segments)
+      std::uniform_int_distribution<int64_t> cut(0, span);
+      std::vector<int64_t> cuts(static_cast<size_t>(S - 1));
+      for (auto& c : cuts) c = cut(rng);
+      std::sort(cuts.begin(), cuts.end());
+      p[0] = start;
+      for (int64_t s = 1; s < S; ++s) p[s] = start + cuts[s - 1];
+      p[S] = stop;
+      return p;
+    }
+    case 1: {  // power law: lengths ~ 1 / u^1.5
+      std::uniform_real_distribution<double> u(0.02, 1.0);
+      double tot = 0;
+      std::vector<double> w(static_cast<size_t>(S));
+      for (auto& x : w) tot += (x = std::pow(u(rng), -1.5) - 1.0);
+      int64_t acc = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        len[s] = tot > 0 ? static_cast<int64_t>(w[s] / tot * span) : 0;
+        acc += len[s];
+      }
+      len[S - 1] += span - acc;
+      break;
+    }
+    case 2: {  // a few huge segments, the rest tiny or empty
+      std::uniform_int_distribution<int64_t> pick(0, S - 1);
+      int64_t left = span;
+      for (int h = 0; h < 2 && left > 0; ++h) {
+        const int64_t n = left * 2 / 5;
+        len[pick(rng)] += n;
+        left -= n;
+      }
+      for (int64_t s = 0; s < S && left > 0; ++s) {
+        const int64_t n = std::min<int64_t>(left, rng() % 3);
+        len[s] += n;
+        left -= n;
+      }
+      len[pick(rng)] += left;
+      break;
+    }
+    default: {  // everything in one segment in the middle
+      len[S / 2] = span;
+      break;
+    }
+  }
+  p[0] = start;
+  for (int64_t s = 0; s < S; ++s) p[s + 1] = p[s] + len[s];
+  return p;
+}
+
+Problem make_problem(std::mt19937_64& rng, std::vector<int64_t> lead, std::vector<int64_t> ind_lead, int64_t N,
+                     int64_t S, int64_t F, int kind) {
+  Problem pb;
+  pb.lead = std::move(lead);
+  pb.ind_lead = std::move(ind_lead);
+  pb.N = N;
+  pb.S = S;
+  pb.F = F;
+  for (int64_t r = 0; r < pb.rows(); ++r) {
+    const auto row = make_row(rng, N, S, kind);
+    pb.indptr.insert(pb.indptr.end(), row.begin(), row.end());
+  }
+  pb.name = "B" + std::to_string(pb.B()) + " rows" + std::to_string(pb.rows()) + " N" + std::to_string(N) + " S" +
+            std::to_string(S) + " F" + std::to_string(F) + " kind" + std::to_string(kind);
+  return pb;
+}
+
+// ---- value helpers -----------------------------------------------------------------------------------
+
+template <typename T> double as_double(T x) { return static_cast<double>(static_cast<acc_t<T>>(x)); }
+template <typename T> bool same_value(T a, T b) {
+  const double x = as_double(a), y = as_double(b);
+  return (std::isnan(x) && std::isnan(y)) || std::memcmp(&a, &b, sizeof(T)) == 0 || (x == y && x != 0.0);
+}
+template <typename T> bool close_value(T a, T b, double rtol) {
+  const double x = as_double(a), y = as_double(b);
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+  if (std::isinf(x) || std::isinf(y)) return x == y;
+  return std::fabs(x - y) <= rtol * std::max(1.0, std::fabs(y));
+}
+template <typename T> double tol_for() {
+  if constexpr (std::is_same_v<T, double>) return 1e-12;
+  if constexpr (std::is_same_v<T, float>) return 2e-5;
+  return 1e-2;  // half / bfloat16 outputs
+}
+
+// integer-valued data: sums are exact in every accumulation order
+template <typename T> Buf<T> make_data(std::mt19937_64& rng, size_t n, bool misalign, bool with_nan) {
+  Buf<T> b(n, misalign);
+  std::uniform_int_distribution<int> v(-8, 8);
+  std::uniform_int_distribution<int> nan_pick(0, 97);
+  for (size_t i = 0; i < n; ++i) {
+    double x = v(rng);
+    if constexpr (std::is_floating_point_v<acc_t<T>>) {
+      if (with_nan && nan_pick(rng) == 0) x = std::numeric_limits<double>::quiet_NaN();
+    }
+    b[i] = static_cast<T>(static_cast<acc_t<T>>(x));
+  }
+  return b;
+}
+
+template <typename X> bool bitwise_equal(const Buf<X>& a, const Buf<X>& b, size_t n) {
+  return n == 0 || std::memcmp(a.p, b.p, n * sizeof(X)) == 0;
+}
+
+struct HostErrors {
+  u64 word = kNoError;
+  ErrorRecord rec{};
+  ErrorContext ctx(int32_t op, int64_t limit, uint32_t tag = 7) {
+    ErrorContext ec;
+    ec.err = &word;
+    ec.rec = &rec;
+    ec.tag = tag;
+    ec.op = op;
+    ec.device = 0;
+    ec.limit = limit;
+    return ec;
+  }
+};
+
+// CPU semantics (segment_cpu.cpp validate_indptr): first bad flat position, or -1.
+int64_t first_bad(const Problem& pb, int64_t limit) {
+  const int64_t len = pb.S + 1, total = pb.rows() * len;
+  const int64_t* p = pb.indptr.data();
+  for (int64_t i = 0; i < total; ++i) {
+    if (indptr_bad(p, i, i % len, len, limit)) return i;
+  }
+  return -1;
+}
+
+void check_error_report(const Problem& pb, const HostErrors& he, int64_t limit, const char* what) {
+  const int64_t bad = first_bad(pb, limit);
+  if (bad < 0) {
+    EXPECT(he.rec.code == 0, "%s: valid indptr reported an error at %lld", what, (long long)he.rec.pos);
+  } else {
+    const int64_t len = pb.S + 1;
+    EXPECT(he.rec.code == 1, "%s: invalid indptr (first bad %lld) not reported", what, (long long)bad);
+    EXPECT(he.rec.pos == bad, "%s: reported position %lld, expected %lld", what, (long long)he.rec.pos,
+           (long long)bad);
+    EXPECT(he.rec.value == pb.indptr[bad], "%s: reported value", what);
+    EXPECT(he.rec.prev == (bad % len ? pb.indptr[bad - 1] : 0), "%s: reported prev", what);
+    EXPECT(he.rec.len == len && he.rec.rows == pb.rows() && he.rec.limit == limit, "%s: record fields", what);
+  }
+  EXPECT(he.word == kNoError, "%s: error word not emptied after publishing", what);
+}
+
+// ---- reductions ----------------------------------------------------------------------------------------
+
+template <class Op, typename T>
+void reference_reduce(const Problem& pb, const T* x, std::vector<T>& out, std::vector<int64_t>& arg) {
+  using A = acc_t<T>;
+  const int64_t B = pb.B(), S = pb.S, F = pb.F, N = pb.N;
+  out.assign(static_cast<size_t>(B * S * F), T(0));
+  arg.assign(static_cast<size_t>(B * S * F), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t* p = pb.indptr.data() + pb.row_offset(b);
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t f = 0; f < F; ++f) {
+        typename Op::State st = Op::identity();
+        for (int64_t r = p[s]; r < p[s + 1]; ++r) Op::step(st, static_cast<A>(x[(b * N + r) * F + f]), r);
+        const int64_t o = (b * S + s) * F + f;
+        out[o] = static_cast<T>(Op::finalize(st, p[s + 1] - p[s]));
+        if constexpr (Op::kHasArg) arg[o] = p[s + 1] > p[s] ? st.arg : N;
+      }
+    }
+  }
+}
+
+template <class Op, typename T>
+void run_reduce_case(const Problem& pb, const Tuning& tune, bool misalign, bool exact, bool invalid) {
+  using A = acc_t<T>;
+  std::mt19937_64 rng(pb.N * 31 + pb.S * 7 + pb.F);
+  const int64_t B = pb.B(), n_out = B * pb.S * pb.F;
+  Buf<T> x = make_data<T>(rng, static_cast<size_t>(B * pb.N * pb.F), misalign, Op::kHasArg);
+  Buf<int64_t> ip(pb.indptr.size());
+  std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
+  const Geometry g = pb.geometry(ip.p);
+  const bool vec_ok = reinterpret_cast<uintptr_t>(x.p) % 16 == 0;
+
+  Buf<T> first;
+  Buf<int64_t> first_arg;
+  for (int order = 0; order < 3; ++order) {
+    HostExec ex;
+    ex.order = order;
+    HostErrors he;
+    Buf<T> out(static_cast<size_t>(n_out));
+    Buf<int64_t> arg(static_cast<size_t>(Op::kHasArg ? n_out : 0));
+    run_reduce<Op>(ex, g, SrcLoad<T>{x.p}, out.p, Op::kHasArg ? arg.p : nullptr, he.ctx(kOpSegmentCsr, pb.N), vec_ok,
+                   tune);
+    check_error_report(pb, he, pb.N, "reduce");
+    if (order == 0) {
+      if (!invalid) {
+        std::vector<T> ref;
+        std::vector<int64_t> ref_arg;
+        reference_reduce<Op>(pb, x.p, ref, ref_arg);
+        for (int64_t i = 0; i < n_out; ++i) {
+          const bool ok = exact ? same_value(out[i], ref[i]) : close_value(out[i], ref[i], tol_for<T>());
+          EXPECT(ok, "out[%lld] = %g, reference %g", (long long)i, as_double(out[i]), as_double(ref[i]));
+          if (!ok) break;
+          if constexpr (Op::kHasArg) {
+            EXPECT(arg[i] == ref_arg[i], "arg[%lld] = %lld, reference %lld", (long long)i, (long long)arg[i],
+                   (long long)ref_arg[i]);
+            if (arg[i] != ref_arg[i]) break;
+          }
+        }
+      }
+      first = std::move(out);
+      first_arg = std::move(arg);
+    } else if (!invalid) {  // thread order must not matter (bitwise)
+      EXPECT(bitwise_equal(out, first, n_out), "thread order %d changed the result", order);
+      if constexpr (Op::kHasArg) EXPECT(bitwise_equal(arg, first_arg, n_out), "thread order %d changed arg", order);
+    }
+    (void)sizeof(A);
+  }
+}
+
+template <typename T>
+void run_reduce_all(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+  using A = acc_t<T>;
+  run_reduce_case<SumOp<A>, T>(pb, tune, misalign, true, invalid);
+  run_reduce_case<ArgExtremumOp<A, false>, T>(pb, tune, misalign, true, invalid);
+  run_reduce_case<ArgExtremumOp<A, true>, T>(pb, tune, misalign, true, invalid);
+  if constexpr (std::is_floating_point_v<A>) {
+    run_reduce_case<MeanOp<A>, T>(pb, tune, misalign, true, invalid);
+    run_reduce_case<LogSumExpOp<A>, T>(pb, tune, misalign, false, invalid);
+  }
+}
+
+// ---- expansions ----------------------------------------------------------------------------------------
+
+template <typename T>
+void run_gather_case(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+  // gather: src holds one row per segment ([B, S, F]); output has R rows
+  std::mt19937_64 rng(pb.N + pb.S + 11);
+  const int64_t B = pb.B(), S = pb.S, F = pb.F;
+  int64_t max_last = 0;
+  for (int64_t r = 0; r < pb.rows(); ++r) max_last = std::max(max_last, pb.indptr[r * (S + 1) + S]);
+  if (invalid) max_last = 6;
+  Buf<T> src = make_data<T>(rng, static_cast<size_t>(B * S * F), misalign, false);
+  Buf<int64_t> ip(pb.indptr.size());
+  std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
+  const Geometry g = pb.geometry(ip.p);  // N is unused by gather's kernels
+
+  // size -1: the validation kernel's max of the last offsets (and its own error slot)
+  if (!invalid) {
+    HostExec ex;
+    u64 slots[2] = {kNoError, kNoError};
+    HostErrors he;
+    ErrorContext ec = he.ctx(kOpGatherCsr, -1);
+    ec.err = slots;
+    ec.tag = 0;
+    launch_validate(ex, g, ec, slots + 1, tune);
+    EXPECT(slots[0] == kNoError, "gather -1: valid indptr flagged");
+    EXPECT(static_cast<int64_t>(~slots[1]) == max_last, "gather -1: max %lld, expected %lld",
+           (long long)~slots[1], (long long)max_last);
+  } else {
+    HostExec ex;
+    u64 slots[2] = {kNoError, kNoError};
+    HostErrors he;
+    ErrorContext ec = he.ctx(kOpGatherCsr, -1);
+    ec.err = slots;
+    ec.tag = 0;
+    launch_validate(ex, g, ec, slots + 1, tune);
+    const int64_t bad = first_bad(pb, -1);
+    EXPECT(bad < 0 ? slots[0] == kNoError : static_cast<int64_t>(slots[0] >> kTagBits) == bad,
+           "gather -1: first bad %lld", (long long)bad);
+  }
+
+  // an invalid indptr may hold any value: use a fixed output size then
+  const std::vector<int64_t> sizes = invalid ? std::vector<int64_t>{6} : std::vector<int64_t>{max_last, max_last + 3};
+  for (int64_t R : sizes) {
+    const int64_t n_out = B * R * F;
+    Buf<T> first;
+    for (int order = 0; order < 3; ++order) {
+      HostExec ex;
+      ex.order = order;
+      HostErrors he;
+      const ErrorContext ec = he.ctx(kOpGatherCsr, R);
+      launch_validate(ex, g, ec, nullptr, tune);
+      Buf<T> out(static_cast<size_t>(n_out), misalign);
+      const bool vec_ok = reinterpret_cast<uintptr_t>(src.p) % 16 == 0 && reinterpret_cast<uintptr_t>(out.p) % 16 == 0;
+      run_expand<SrcLoad<T>::kVec>(ex, g, R, GatherFn<T>{src.p}, out.p, ec.publish(g), vec_ok, tune);
+      check_error_report(pb, he, R, "gather");
+      if (invalid) continue;
+      if (order == 0) {
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t* p = pb.indptr.data() + pb.row_offset(b);
+          for (int64_t r = 0; r < R; ++r) {
+            int64_t s = -1;
+            if (r >= p[0] && r < p[S]) s = std::upper_bound(p, p + S + 1, r) - p - 1;
+            for (int64_t f = 0; f < F; ++f) {
+              const T want = s < 0 ? T(0) : src[(b * S + s) * F + f];
+              const T got = out[(b * R + r) * F + f];
+              EXPECT(same_value(got, want), "gather b%lld r%lld f%lld: %g vs %g", (long long)b, (long long)r,
+                     (long long)f, as_double(got), as_double(want));
+              if (!same_value(got, want)) return;
+            }
+          }
+        }
+        first = std::move(out);
+      } else {
+        EXPECT(bitwise_equal(out, first, n_out), "gather: thread order %d changed the result", order);
+      }
+    }
+  }
+}
+
+template <typename T>
+void run_softmax_case(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+  using A = acc_t<T>;
+  std::mt19937_64 rng(pb.N * 3 + pb.S + 5);
+  const int64_t B = pb.B(), N = pb.N, S = pb.S, F = pb.F, n = B * N * F;
+  Buf<T> x = make_data<T>(rng, static_cast<size_t>(n), misalign, false);
+  Buf<T> gr = make_data<T>(rng, static_cast<size_t>(n), misalign, false);
+  Buf<int64_t> ip(pb.indptr.size());
+  std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
+  const Geometry g = pb.geometry(ip.p);
+  const bool xa = reinterpret_cast<uintptr_t>(x.p) % 16 == 0;
+
+  Buf<T> first_sm, first_bw;
+  for (int order = 0; order < 3; ++order) {
+    HostExec ex;
+    ex.order = order;
+    // forward: lse = segment logsumexp, out = exp(x - lse)
+    HostErrors he;
+    Buf<A> lse(static_cast<size_t>(B * S * F));
+    run_reduce<LogSumExpOp<A>>(ex, g, SrcLoad<T>{x.p}, lse.p, nullptr, he.ctx(kOpSoftmax, N), xa, tune);
+    check_error_report(pb, he, N, "softmax");
+    Buf<T> out(static_cast<size_t>(n), misalign);
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxFn<T>{x.p, lse.p}, out.p, Publish{},
+                                 xa && reinterpret_cast<uintptr_t>(out.p) % 16 == 0, tune);
+    // backward with y = x (integer-valued, so the reference is exact): y * (g - segsum(g * y))
+    HostErrors he2;
+    Buf<A> dot(static_cast<size_t>(B * S * F));
+    const bool ga = reinterpret_cast<uintptr_t>(gr.p) % 16 == 0;
+    run_reduce<SumOp<A>>(ex, g, ProdLoad<T>{gr.p, x.p}, dot.p, nullptr, he2.ctx(kOpSoftmaxBackward, N), xa && ga,
+                         tune);
+    check_error_report(pb, he2, N, "softmax backward");
+    Buf<T> gin(static_cast<size_t>(n), misalign);
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxBackwardFn<T>{x.p, gr.p, dot.p}, gin.p, Publish{},
+                                 xa && ga && reinterpret_cast<uintptr_t>(gin.p) % 16 == 0, tune);
+    if (invalid) continue;
+    if (order == 0) {
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t* p = pb.indptr.data() + pb.row_offset(b);
+        for (int64_t r = 0; r < N; ++r) {
+          const int64_t s = (r >= p[0] && r < p[S]) ? std::upper_bound(p, p + S + 1, r) - p - 1 : -1;
+          for (int64_t f = 0; f < F; ++f) {
+            const int64_t e = (b * N + r) * F + f;
+            T want_sm = T(0), want_bw = T(0);
+            if (s >= 0) {
+              typename LogSumExpOp<A>::State st = LogSumExpOp<A>::identity();
+              A d = 0;
+              for (int64_t k = p[s]; k < p[s + 1]; ++k) {
+                const int64_t ek = (b * N + k) * F + f;
+                LogSumExpOp<A>::step(st, static_cast<A>(x[ek]), k);
+                d += static_cast<A>(gr[ek]) * static_cast<A>(x[ek]);
+              }
+              const A l = LogSumExpOp<A>::finalize(st, p[s + 1] - p[s]);
+              want_sm = static_cast<T>(std::exp(static_cast<A>(x[e]) - l));
+              want_bw = static_cast<T>(static_cast<A>(x[e]) * (static_cast<A>(gr[e]) - d));
+            }
+            EXPECT(close_value(out[e], want_sm, tol_for<T>() * 10), "softmax e%lld: %g vs %g", (long long)e,
+                   as_double(out[e]), as_double(want_sm));
+            EXPECT(same_value(gin[e], want_bw), "softmax backward e%lld: %g vs %g", (long long)e,
+                   as_double(gin[e]), as_double(want_bw));
+            if (!close_value(out[e], want_sm, tol_for<T>() * 10) || !same_value(gin[e], want_bw)) return;
+          }
+        }
+      }
+      first_sm = std::move(out);
+      first_bw = std::move(gin);
+    } else {
+      EXPECT(bitwise_equal(out, first_sm, n), "softmax: thread order %d changed the result", order);
+      EXPECT(bitwise_equal(gin, first_bw, n), "softmax backward: thread order %d changed the result", order);
+    }
+  }
+}
+
+// ---- driver --------------------------------------------------------------------------------------------
+
+template <typename T> void run_all_ops(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+  run_reduce_all<T>(pb, tune, misalign, invalid);
+  if (pb.N == pb.S) run_gather_case<T>(pb, tune, misalign, invalid);
+  if constexpr (std::is_floating_point_v<acc_t<T>>) run_softmax_case<T>(pb, tune, misalign, invalid);
+}
+
+void run_all_dtypes(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+  run_all_ops<float>(pb, tune, misalign, invalid);
+  run_all_ops<double>(pb, tune, misalign, invalid);
+  run_all_ops<Half>(pb, tune, misalign, invalid);
+  run_all_ops<BF16>(pb, tune, misalign, invalid);
+  run_all_ops<int32_t>(pb, tune, misalign, invalid);
+  run_all_ops<int64_t>(pb, tune, misalign, invalid);
+}
+
+Problem gather_problem(std::mt19937_64& rng, std::vector<int64_t> lead, std::vector<int64_t> ind_lead, int64_t S,
+                       int64_t F, int64_t rows_out, int kind) {
+  // gather: N == S (one src row per segment); offsets cover [0, rows_out]
+  Problem pb = make_problem(rng, std::move(lead), std::move(ind_lead), rows_out, S, F, kind);
+  pb.N = S;
+  pb.name += " (gather)";
+  return pb;
+}
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  std::mt19937_64 rng(2024);
+  Tuning dflt;
+  Tuning tiny;  // tiny chunks and groups: many crossing segments, 3+ carry levels on small inputs
+  tiny.reduce_w_min = tiny.reduce_w_max = 3;
+  tiny.flat_w_max = 3;
+  tiny.level_k = 2;
+  tiny.expand_w_min = 3;
+  tiny.expand_work_max = 4;
+  tiny.max_lanes = 3;
+  tiny.validate_per_thread = 3;
+  Tuning mid;
+  mid.reduce_w_min = mid.reduce_w_max = mid.flat_w_max = 8;
+  mid.level_k = 3;
+  mid.expand_w_min = 8;
+  mid.max_lanes = 16;
+  mid.target_threads = 64;
+  const Tuning* tunings[] = {&dflt, &tiny, &mid};
+  const char* tuning_names[] = {"default", "tiny", "mid"};
+
+  struct Shape {
+    std::vector<int64_t> lead, ind_lead;
+    int64_t N, S, F;
+  };
+  std::vector<Shape> shapes = {
+      {{}, {}, 40, 7, 1},          {{}, {}, 200, 30, 1},         {{}, {}, 300, 5, 16},
+      {{}, {}, 64, 64, 8},         {{}, {}, 90, 200, 2},         {{}, {}, 120, 12, 24},
+      {{}, {}, 50, 9, 3},          {{}, {}, 30, 4, 72},          {{}, {}, 0, 5, 4},
+      {{}, {}, 17, 0, 4},          {{3}, {3}, 60, 6, 4},         {{3}, {1}, 60, 6, 1},
+      {{2, 3}, {2, 1}, 40, 5, 8},  {{2, 3}, {1, 3}, 33, 4, 2},   {{4, 1, 2}, {4, 1, 1}, 20, 3, 16},
+      {{2}, {2}, 2000, 3, 1},      {{}, {}, 1500, 600, 1},       {{}, {}, 9, 9, 130},
+  };
+  if (!quick) shapes.push_back({{}, {}, 3000, 40, 8});
+
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    for (int kind = 0; kind < 8; ++kind) {
+      const Shape& sh = shapes[si];
+      const Problem pb = make_problem(rng, sh.lead, sh.ind_lead, sh.N, sh.S, sh.F, kind);
+      for (int ti = 0; ti < 3; ++ti) {
+        if (quick && ti == 2) continue;
+        for (int mis = 0; mis < 2; ++mis) {
+          if (mis == 1 && (kind % 2 == 1 || ti != 0)) continue;
+          g_ctx = pb.name + " tuning=" + tuning_names[ti] + (mis ? " misaligned" : "");
+          run_all_dtypes(pb, *tunings[ti], mis == 1, false);
+        }
+      }
+      // gather shapes: N == S
+      const Problem gp = gather_problem(rng, sh.lead, sh.ind_lead, sh.S, sh.F, sh.N, kind);
+      for (int ti = 0; ti < 2; ++ti) {
+        g_ctx = gp.name + " tuning=" + tuning_names[ti];
+        run_gather_case<float>(gp, *tunings[ti], false, false);
+        run_gather_case<Half>(gp, *tunings[ti], ti == 1, false);
+        run_gather_case<int64_t>(gp, *tunings[ti], false, false);
+      }
+    }
+  }
+
+  // Invalid offsets: decreasing, negative, past the end, huge values. Nothing may read or write out of
+  // bounds (AddressSanitizer), and the first bad position must be reported.
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 2;
+  std::vector<std::vector<int64_t>> bad_rows = {
+      {0, 4, 2, 6},       {-1, 2, 6},         {0, 2, 7},          {0, 6, 6, 6, 9},      {5, 3, 1, 0},
+      {0, huge, 3, 6},    {-huge, 0, 6},      {0, 3, -huge},      {2, 2, 2, huge},      {6, 0},
+      {0, 1, 2, 3, 4, 5, 7}, {3, 5, 4, 6},    {0, 0, 0, 0, 0, 0, -1},
+  };
+  for (const auto& row : bad_rows) {
+    for (int64_t F : {1, 3, 8, 16}) {
+      Problem pb;
+      pb.N = 6;
+      pb.S = static_cast<int64_t>(row.size()) - 1;
+      pb.F = F;
+      pb.indptr = row;
+      pb.name = "invalid indptr F" + std::to_string(F);
+      for (int ti = 0; ti < 2; ++ti) {
+        g_ctx = pb.name + " tuning=" + tuning_names[ti];
+        run_all_dtypes(pb, *tunings[ti], false, true);
+      }
+      // batched, with one bad row among good ones
+      Problem pb2 = pb;
+      pb2.lead = {3};
+      pb2.ind_lead = {3};
+      std::vector<int64_t> good(row.size());
+      for (size_t i = 0; i < good.size(); ++i) good[i] = std::min<int64_t>(6, static_cast<int64_t>(i));
+      pb2.indptr = good;
+      pb2.indptr.insert(pb2.indptr.end(), row.begin(), row.end());
+      pb2.indptr.insert(pb2.indptr.end(), good.begin(), good.end());
+      g_ctx = pb.name + " batched";
+      run_all_dtypes(pb2, tiny, false, true);
+      // gather with the same offsets (S rows of src, output size 6)
+      Problem gp = pb;
+      gp.N = gp.S;
+      g_ctx = pb.name + " gather";
+      run_gather_case<float>(gp, dflt, false, true);
+      run_gather_case<int32_t>(gp, tiny, false, true);
+    }
+  }
+  // Random garbage offsets.
+  for (int it = 0; it < (quick ? 20 : 60); ++it) {
+    Problem pb;
+    pb.N = static_cast<int64_t>(rng() % 40);
+    pb.S = static_cast<int64_t>(rng() % 12);
+    pb.F = static_cast<int64_t>(1 + rng() % 9);
+    std::uniform_int_distribution<int64_t> v(-5, pb.N + 5);
+    pb.indptr.resize(static_cast<size_t>(pb.S + 1));
+    for (auto& o : pb.indptr) o = v(rng);
+    pb.name = "garbage " + std::to_string(it);
+    g_ctx = pb.name;
+    run_all_ops<float>(pb, it % 2 ? tiny : dflt, false, true);
+    run_all_ops<int64_t>(pb, tiny, false, true);
+  }
+
+  // Tags: an error word holding another call's tag is left alone.
+  {
+    u64 word = (static_cast<u64>(5) << kTagBits) | 9;
+    ErrorRecord rec{};
+    int64_t p[] = {0, 1, 2, 3, 4, 5, 6};
+    Publish pub;
+    pub.err = &word;
+    pub.tag = 8;
+    pub.p = p;
+    pub.len = 7;
+    pub.rows = 1;
+    pub.rec = &rec;
+    g_ctx = "publish tag";
+    pub.run();
+    EXPECT(rec.code == 0 && word == ((static_cast<u64>(5) << kTagBits) | 9), "foreign tag was published");
+    pub.tag = 9;
+    pub.run();
+    EXPECT(rec.code == 1 && rec.pos == 5 && rec.value == 5 && rec.prev == 4 && word == kNoError, "own tag not published");
+  }
+
+  std::printf("%ld passed, %ld failed\n", g_checks - g_failures, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
