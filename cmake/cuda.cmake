@@ -6,16 +6,52 @@
 include("${CMAKE_CURRENT_LIST_DIR}/cuda_architectures.cmake")
 
 # Did the packager choose? Decide before enable_language(CUDA), which fills in nvcc's own default.
-# A value that we set ourselves on an earlier configure (remembered below) does not count as chosen.
-if(DEFINED ENV{CUDAARCHS} AND NOT "$ENV{CUDAARCHS}" STREQUAL "")
-  set(_segops_archs_source "CUDAARCHS environment variable")
-elseif(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL ""
-       AND NOT "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "${_TORCH_SEGOPS_DEFAULT_CUDA_ARCHS}")
+# As in CMake, -DCMAKE_CUDA_ARCHITECTURES wins over CUDAARCHS. A value that we set ourselves on an
+# earlier configure (remembered below) does not count as chosen.
+if(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL ""
+   AND NOT "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "${_TORCH_SEGOPS_DEFAULT_CUDA_ARCHS}")
   set(_segops_archs_source "CMAKE_CUDA_ARCHITECTURES")
+elseif(DEFINED ENV{CUDAARCHS} AND NOT "$ENV{CUDAARCHS}" STREQUAL "")
+  set(_segops_archs_source "CUDAARCHS environment variable")
+  set(CMAKE_CUDA_ARCHITECTURES "$ENV{CUDAARCHS}" CACHE STRING "CUDA architectures (from CUDAARCHS)" FORCE)
 else()
   set(_segops_archs_source "")
   unset(CMAKE_CUDA_ARCHITECTURES CACHE)
   unset(CMAKE_CUDA_ARCHITECTURES)
+endif()
+
+# Fail early, naming what this nvcc supports, instead of CMake's failed compiler test or an nvcc error per
+# file. Runs before enable_language(CUDA) (which test-compiles for the chosen architectures), with the
+# nvcc that CMake will pick: CMAKE_CUDA_COMPILER, $CUDACXX, or nvcc from $CUDA_HOME/$CUDA_PATH/PATH.
+function(_torch_segops_check_archs archs source)
+  set(_nvcc "${CMAKE_CUDA_COMPILER}")
+  if(NOT _nvcc AND DEFINED ENV{CUDACXX})
+    set(_nvcc "$ENV{CUDACXX}")
+  endif()
+  if(NOT _nvcc)
+    find_program(_nvcc nvcc HINTS "$ENV{CUDA_HOME}/bin" "$ENV{CUDA_PATH}/bin" /usr/local/cuda/bin)
+  endif()
+  if(NOT _nvcc)
+    return()
+  endif()
+  execute_process(COMMAND "${_nvcc}" --list-gpu-arch OUTPUT_VARIABLE _out RESULT_VARIABLE _rc ERROR_QUIET)
+  if(NOT _rc EQUAL 0)
+    return()
+  endif()
+  string(REGEX MATCHALL "compute_[0-9]+" _supported "${_out}")
+  string(REPLACE "compute_" "" _supported "${_supported}")
+  foreach(_a IN LISTS archs)
+    string(REGEX MATCH "^[0-9]+" _num "${_a}")
+    if(_num AND NOT _num IN_LIST _supported)
+      string(REPLACE ";" " " _s "${_supported}")
+      message(FATAL_ERROR
+        "torch_segops: CUDA architecture '${_a}' (from ${source}) is not supported by ${_nvcc}, which "
+        "supports: ${_s}. Set CUDAARCHS or -DCMAKE_CUDA_ARCHITECTURES to a list it supports.")
+    endif()
+  endforeach()
+endfunction()
+if(_segops_archs_source)
+  _torch_segops_check_archs("${CMAKE_CUDA_ARCHITECTURES}" "${_segops_archs_source}")
 endif()
 
 # Link the CUDA runtime as a shared library, as torch wheels and conda-forge do.
@@ -51,29 +87,14 @@ elseif(CMAKE_CUDA_ARCHITECTURES STREQUAL "native" AND CMAKE_CUDA_ARCHITECTURES_N
   set(TORCH_SEGOPS_CUDA_ARCHS "${CMAKE_CUDA_ARCHITECTURES_NATIVE}")
 endif()
 
-# Fail early, naming what this nvcc supports, instead of an nvcc error per source file.
-execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --list-gpu-arch
-                OUTPUT_VARIABLE _segops_nvcc_archs RESULT_VARIABLE _segops_rc ERROR_QUIET)
-if(_segops_rc EQUAL 0)
-  string(REGEX MATCHALL "compute_[0-9]+" _segops_supported "${_segops_nvcc_archs}")
-  string(REPLACE "compute_" "" _segops_supported "${_segops_supported}")
-  foreach(_a IN LISTS TORCH_SEGOPS_CUDA_ARCHS)
-    string(REGEX MATCH "^[0-9]+" _num "${_a}")
-    if(_num AND NOT _num IN_LIST _segops_supported)
-      string(REPLACE ";" " " _s "${_segops_supported}")
-      message(FATAL_ERROR
-        "torch_segops: CUDA architecture '${_a}' (from ${_segops_archs_source}) is not supported by "
-        "nvcc ${CMAKE_CUDA_COMPILER_VERSION}, which supports: ${_s}. Set CUDAARCHS or "
-        "-DCMAKE_CUDA_ARCHITECTURES to a list it supports.")
-    endif()
-  endforeach()
-endif()
 message(STATUS "torch_segops: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_COMPILER}), architectures "
                "${TORCH_SEGOPS_CUDA_ARCHS} (from ${_segops_archs_source})")
 
 # ---- sources and flags ---------------------------------------------------------------------------
 target_sources(torch_segops_C PRIVATE "${PROJECT_SOURCE_DIR}/src/csrc/cuda/segment_cuda.cu")
+# The target was created before CUDA was enabled: give it the final list explicitly.
 set_target_properties(torch_segops_C PROPERTIES
+  CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
   CUDA_VISIBILITY_PRESET hidden
   CUDA_RUNTIME_LIBRARY Shared)
 

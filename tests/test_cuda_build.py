@@ -1,0 +1,193 @@
+"""CUDA variant checks that need no GPU: nvcc compiles and links it, the library holds what was configured.
+
+- builds torch_segops with TORCH_SEGOPS_WITH_CUDA=ON against the installed (CPU) torch's headers for
+  CUDA architectures 75-real;90-real (one build per session, a few minutes on 2 cores) and checks the
+  fatbin (every configured SASS/PTX present, compressed), the undefined symbols (torch stable C shim,
+  CUDA runtime, C/C++ runtime only), the shared cudart dependency and the build-info strings;
+- checks the CMake architecture selection (defaults from cmake/cuda_architectures.txt, CUDAARCHS,
+  unsupported architectures) by configuring only;
+- runs the kernels' host emulation test (src/csrc/cuda/testing/emulate_kernels.cpp) under
+  AddressSanitizer/UBSan: the real kernel functors against a naive reference, thread order, invalid indptr.
+
+Skipped, with the reason shown by `pytest -ra`, when nvcc (or g++ for the emulation) is absent.
+tools/check_cuda_build.py does the same build from the command line and also reports sizes and times.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("check_cuda_build", os.path.join(REPO, "tools", "check_cuda_build.py"))
+ccb = importlib.util.module_from_spec(_spec)
+sys.modules["check_cuda_build"] = ccb
+_spec.loader.exec_module(ccb)
+
+NVCC = ccb.find_nvcc()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (no CUDA toolkit; set CUDACXX or CUDA_HOME): "
+                                                     "CUDA compile checks skipped")
+TORCH_DIR = None
+_tspec = importlib.util.find_spec("torch")
+if _tspec is not None and _tspec.submodule_search_locations:
+    TORCH_DIR = list(_tspec.submodule_search_locations)[0]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if NVCC is None:
+        pytest.skip("nvcc not found")
+    return ccb.build(str(tmp_path_factory.mktemp("cuda-build")), ccb.CI_ARCHS, NVCC)
+
+
+# ---- the built library --------------------------------------------------------------------------------
+
+@needs_nvcc
+def test_fatbin_holds_every_configured_arch(built):
+    entries = ccb.read_fatbin(built.library)
+    have = {(e.kind, e.arch) for e in entries}
+    assert have == ccb.expected_entries(ccb.CI_ARCHS) == {("elf", 75), ("elf", 90)}, have
+    assert not ccb.check_fatbin(built.library, ccb.CI_ARCHS)
+
+
+@needs_nvcc
+def test_missing_arch_is_reported(built):
+    problems = ccb.check_fatbin(built.library, ccb.CI_ARCHS + ";120-real;120-virtual")
+    assert any("SASS sm_120" in p for p in problems) and any("PTX compute_120" in p for p in problems), problems
+
+
+@needs_nvcc
+def test_fatbin_is_compressed(built):
+    entries = ccb.read_fatbin(built.library)
+    assert entries and all(e.compressed for e in entries), [e.__dict__ for e in entries]
+    # the compressed payload is much smaller than the SASS it holds
+    assert sum(e.size for e in entries) * 3 < sum(e.uncompressed for e in entries)
+
+
+@needs_nvcc
+def test_fatbin_parser_agrees_with_cuobjdump(built):
+    cuobjdump = ccb.find_cuobjdump(NVCC)
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found next to nvcc or on PATH (pip package nvidia-cuda-cuobjdump has one)")
+    assert ccb.cuobjdump_listing(cuobjdump, built.library) == {(e.kind, e.arch) for e in ccb.read_fatbin(built.library)}
+
+
+@needs_nvcc
+def test_only_expected_undefined_symbols(built):
+    assert not ccb.check_symbols(built.library)
+    syms = dict(ccb.undefined_symbols(built.library))
+    assert "aoti_torch_get_current_cuda_stream" in syms  # the stream comes from the CUDA shim
+    assert any(v.startswith("libcudart.so") for v in syms.values())
+
+
+@needs_nvcc
+@pytest.mark.skipif(TORCH_DIR is None, reason="torch not installed")
+def test_shim_symbols_outside_libtorch_cpu_are_the_cuda_ones(built):
+    """Every torch shim symbol we use is exported by libtorch_cpu, except the CUDA stream getter, which
+    libtorch_cuda exports (linked when present; a CPU torch, as here, leaves it undefined)."""
+    lib_cpu = os.path.join(TORCH_DIR, "lib", "libtorch_cpu.so")
+    out = subprocess.run(["nm", "-D", "--defined-only", lib_cpu], capture_output=True, text=True, check=True).stdout
+    defined = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    shim = {s for s, v in ccb.undefined_symbols(built.library) if not v and re.match(r"^(aoti_torch_|torch_)", s)}
+    assert shim - defined == {"aoti_torch_get_current_cuda_stream"}
+
+
+@needs_nvcc
+def test_links_cuda_runtime_shared_not_driver(built):
+    assert not ccb.check_needed(built.library), ccb.needed_libraries(built.library)
+
+
+@needs_nvcc
+def test_build_info_says_cuda(built):
+    with open(built.library, "rb") as fh:
+        data = fh.read()
+    version = ccb.nvcc_version(NVCC)
+    assert b'"variant": "cuda"' in data
+    assert f'"cuda_version": "{version}"'.encode() in data
+    assert f'"cuda_archs": "{ccb.CI_ARCHS}"'.encode() in data
+
+
+# ---- architecture selection -----------------------------------------------------------------------------
+
+def test_arch_table_is_well_formed():
+    rows = ccb.arch_table()
+    assert rows, "cmake/cuda_architectures.txt has no rows"
+    for min_v, archs in rows:
+        entries = archs.split(";")
+        nums = [int(re.match(r"^(\d+)", a).group(1)) for a in entries]
+        assert all(re.match(r"^\d+-(real|virtual)$", a) for a in entries), archs
+        assert nums == sorted(nums), f"{min_v}: not sorted"
+        assert entries[-1] == f"{max(nums)}-virtual", f"{min_v}: PTX for the newest arch must come last"
+        assert min(nums) == 75, f"{min_v}: Turing (sm_75) is the oldest supported GPU"
+        if ccb._vkey(min_v) >= (13, 0):
+            assert 101 not in nums, "CUDA 13 renamed sm_101 to sm_110"
+    assert ccb.default_archs("11.8") is None
+    assert "100-real" not in ccb.default_archs("12.4") and "120-real" in ccb.default_archs("12.9")
+    assert "110-real" in ccb.default_archs("13.0") and ccb.default_archs("13.2") == ccb.default_archs("13.0")
+
+
+@needs_nvcc
+def test_default_archs_are_supported_by_this_nvcc():
+    version = ccb.nvcc_version(NVCC)
+    archs = ccb.default_archs(version)
+    assert archs, f"no default arch row for nvcc {version}"
+    supported = ccb.nvcc_supported_archs(NVCC)
+    missing = {int(a.split("-")[0]) for a in archs.split(";")} - supported
+    assert not missing, f"nvcc {version} lacks {missing} from the default list {archs}"
+
+
+def _cache_value(build_dir, name):
+    with open(os.path.join(build_dir, "CMakeCache.txt")) as fh:
+        for line in fh:
+            if line.startswith(name + ":"):
+                return line.split("=", 1)[1].strip()
+    return None
+
+
+@needs_nvcc
+@pytest.mark.parametrize("how", ["default", "CUDAARCHS", "cmake-define", "unsupported"])
+def test_cmake_arch_selection(tmp_path, how):
+    env = dict(os.environ)
+    env.pop("CUDAARCHS", None)
+    archs = None
+    if how == "CUDAARCHS":
+        env["CUDAARCHS"] = "80-real;86-virtual"
+    elif how == "cmake-define":
+        archs = "89-real"
+    elif how == "unsupported":
+        archs = "35-real"
+    cp = ccb.configure(str(tmp_path), NVCC, archs, env=env)
+    if how == "unsupported":
+        assert cp.returncode != 0
+        assert "'35-real'" in cp.stderr and "is not supported by" in cp.stderr, cp.stderr[-3000:]
+        return
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    expected = {"default": ccb.default_archs(ccb.nvcc_version(NVCC)), "CUDAARCHS": "80-real;86-virtual",
+                "cmake-define": "89-real"}[how]
+    assert _cache_value(str(tmp_path), "CMAKE_CUDA_ARCHITECTURES") == expected
+    assert f"architectures {expected} (from" in cp.stdout
+
+
+# ---- kernels, emulated on the host --------------------------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+@pytest.mark.skipif(TORCH_DIR is None, reason="torch not installed (its headers are needed)")
+def test_kernels_emulated_on_host(tmp_path):
+    exe = str(tmp_path / "emulate_kernels")
+    cmd = ["g++", "-std=c++17", "-O0", "-DSEGOPS_EMU_QUICK", "-fsanitize=address,undefined",
+           "-fno-sanitize-recover=undefined", "-fno-strict-aliasing", "-isystem", os.path.join(TORCH_DIR, "include"),
+           "-I", os.path.join(REPO, "src", "csrc"), os.path.join(REPO, "src", "csrc", "cuda", "testing",
+                                                                   "emulate_kernels.cpp"), "-o", exe]
+    cp = subprocess.run(cmd, capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr[-5000:]
+    run = subprocess.run([exe, "--quick"], capture_output=True, text=True,
+                         env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"))
+    assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
+    m = re.search(r"(\d+) passed, (\d+) failed", run.stdout)
+    assert m and int(m.group(1)) > 1_000_000 and m.group(2) == "0", run.stdout

@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Compile-and-link check of the CUDA variant without a GPU, and what the built library holds.
+
+    python tools/check_cuda_build.py                       # archs 75-real;90-real, checks, sizes, times
+    python tools/check_cuda_build.py --archs default       # the default list of cmake/cuda_architectures.txt
+    python tools/check_cuda_build.py --inspect path/_C.so --archs "75-real;90-real"   # no build
+    python tools/check_cuda_build.py --compare-compression # also build with --compress-mode=none
+
+Builds torch_segops with TORCH_SEGOPS_WITH_CUDA=ON against the installed (CPU) torch headers in a
+temporary directory, then checks the library: every architecture of the configured list is in the
+fatbin (SASS for "NN-real", PTX for "NN-virtual", both for "NN"), the fatbin entries are compressed,
+and the only undefined symbols are the torch stable C shim, the CUDA runtime and the C/C++ runtime.
+The fatbin is read directly from the ELF section (.nv_fatbin), so no cuobjdump is needed; when
+cuobjdump is found (PATH, $CUDA_HOME/bin), its --list-elf/--list-ptx output is cross-checked.
+Exit status 1 when a check fails. Importable: tests/test_cuda_build.py uses these functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCH_TABLE = os.path.join(REPO, "cmake", "cuda_architectures.txt")
+CI_ARCHS = "75-real;90-real"
+
+
+# ---- toolchain ------------------------------------------------------------------------------------------
+
+def find_nvcc() -> str | None:
+    """nvcc from $CUDACXX, $CUDA_HOME/$CUDA_PATH, PATH, or /usr/local/cuda (None if absent)."""
+    cands = [os.environ.get("CUDACXX")]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            cands.append(os.path.join(os.environ[var], "bin", "nvcc"))
+    cands += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    for c in cands:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.realpath(c) if os.path.basename(c) == "nvcc" else c
+    return None
+
+
+def nvcc_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    if not m:
+        raise RuntimeError(f"cannot read the version of {nvcc}:\n{out}")
+    return m.group(1)
+
+
+def nvcc_supported_archs(nvcc: str) -> set[int]:
+    out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout
+    return {int(x) for x in re.findall(r"compute_(\d+)", out)}
+
+
+def find_cuobjdump(nvcc: str | None) -> str | None:
+    cands = [shutil.which("cuobjdump")]
+    if nvcc:
+        cands.append(os.path.join(os.path.dirname(nvcc), "cuobjdump"))
+    return next((c for c in cands if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def arch_table(path: str = ARCH_TABLE) -> list[tuple[str, str]]:
+    """Rows (min nvcc version, CMake arch list) of cmake/cuda_architectures.txt."""
+    rows = []
+    with open(path) as fh:
+        for line in fh:
+            m = re.match(r"^(\d+\.\d+)\s+(\S+)\s*$", line)
+            if m:
+                rows.append((m.group(1), m.group(2)))
+    return rows
+
+
+def default_archs(version: str, path: str = ARCH_TABLE) -> str | None:
+    """The default CMake arch list for this nvcc version (the rule of cmake/cuda_architectures.cmake)."""
+    best = None
+    for min_v, archs in arch_table(path):
+        if _vkey(version) >= _vkey(min_v) and (best is None or _vkey(min_v) > _vkey(best[0])):
+            best = (min_v, archs)
+    return best[1] if best else None
+
+
+# ---- build ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Build:
+    library: str
+    archs: str
+    configure_s: float
+    build_s: float
+    cuda_compile_s: float | None  # the .cu alone (from the build's own timing of that step), when measurable
+    log: str = ""
+
+
+def configure(build_dir: str, nvcc: str, archs: str | None, extra: list[str] | None = None,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    """cmake configure of the CUDA variant; archs None leaves the choice to CMake/CUDAARCHS/defaults."""
+    cmd = ["cmake", "-S", REPO, "-B", build_dir, "-DTORCH_SEGOPS_WITH_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={nvcc}",
+           "-DCMAKE_BUILD_TYPE=Release"]
+    if shutil.which("ninja"):
+        cmd += ["-G", "Ninja"]
+    if archs is not None:
+        cmd.append(f"-DCMAKE_CUDA_ARCHITECTURES={archs}")
+    cmd += extra or []
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def build(build_dir: str, archs: str = CI_ARCHS, nvcc: str | None = None, extra: list[str] | None = None,
+          jobs: int | None = None) -> Build:
+    nvcc = nvcc or find_nvcc()
+    if not nvcc:
+        raise RuntimeError("nvcc not found (set CUDACXX or CUDA_HOME, or put nvcc on PATH)")
+    env = dict(os.environ)
+    env.pop("CUDAARCHS", None)  # the explicit list below is what we check
+    t0 = time.perf_counter()
+    cp = configure(build_dir, nvcc, archs, extra, env)
+    t1 = time.perf_counter()
+    if cp.returncode != 0:
+        raise RuntimeError(f"cmake configure failed:\n{cp.stdout}\n{cp.stderr}")
+    tb = time.perf_counter()
+    bp = subprocess.run(["cmake", "--build", build_dir, "--parallel", str(jobs or os.cpu_count() or 2)],
+                        capture_output=True, text=True, env=env)
+    t2 = time.perf_counter()
+    if bp.returncode != 0:
+        raise RuntimeError(f"build failed:\n{bp.stdout[-20000:]}\n{bp.stderr[-20000:]}")
+    lib = os.path.join(build_dir, "_C.so")
+    return Build(lib, archs, t1 - t0, t2 - tb, _ninja_step_seconds(build_dir, "segment_cuda.cu.o"),
+                 bp.stdout + bp.stderr)
+
+
+def _ninja_step_seconds(build_dir: str, output_suffix: str) -> float | None:
+    """Wall time of one build step from Ninja's log (None with other generators)."""
+    log = os.path.join(build_dir, ".ninja_log")
+    if not os.path.exists(log):
+        return None
+    best = None
+    with open(log) as fh:
+        for line in fh:
+            parts = line.split("\t")
+            if len(parts) >= 4 and parts[3].endswith(output_suffix):
+                best = (int(parts[1]) - int(parts[0])) / 1000.0
+    return best
+
+
+# ---- what the library holds -----------------------------------------------------------------------------
+
+def elf_sections(data: bytes) -> dict[str, tuple[int, int]]:
+    """name -> (file offset, size) of an ELF64 little-endian file's sections."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not an ELF64 little-endian file")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    hdrs = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    stroff = hdrs[shstrndx][4]
+    out = {}
+    for name, _typ, _flags, _addr, off, size in hdrs:
+        end = data.index(b"\0", stroff + name)
+        out[data[stroff + name:end].decode()] = (off, size)
+    return out
+
+
+@dataclass
+class FatbinEntry:
+    kind: str           # "elf" (SASS) or "ptx"
+    arch: int           # e.g. 90
+    size: int           # bytes stored (compressed if compressed)
+    uncompressed: int   # bytes after decompression (== size when not compressed)
+    flags: int
+    compressed: bool
+
+
+FATBIN_MAGIC = 0xBA55ED50
+# Entry flags (reverse-engineered, stable across CUDA 11-13): 0x2000 = LZ4 compression (-compress-all,
+# nvcc < 12.8 default), 0x8000 = the newer --compress-mode compression.
+FLAG_COMPRESSED = 0x2000 | 0x8000
+
+
+def read_fatbin(path: str) -> list[FatbinEntry]:
+    """Entries of the .nv_fatbin section of a shared library (empty list if it has none)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    secs = elf_sections(data)
+    if ".nv_fatbin" not in secs:
+        return []
+    off, size = secs[".nv_fatbin"]
+    entries: list[FatbinEntry] = []
+    pos, end = off, off + size
+    while pos + 16 <= end:
+        magic, _version, hsize, fsize = struct.unpack_from("<IHHQ", data, pos)
+        if magic != FATBIN_MAGIC:
+            pos += 8  # containers are 8-byte aligned; skip padding
+            continue
+        e, stop = pos + hsize, pos + hsize + fsize
+        while e + 64 <= stop:
+            kind, _unk, ehsize, payload = struct.unpack_from("<HHIQ", data, e)
+            comp_size, = struct.unpack_from("<I", data, e + 0x10)
+            arch, = struct.unpack_from("<I", data, e + 0x1C)
+            flags, = struct.unpack_from("<Q", data, e + 0x28)
+            uncompressed, = struct.unpack_from("<Q", data, e + 0x38) if ehsize >= 0x40 else (0,)
+            compressed = bool(flags & FLAG_COMPRESSED) and uncompressed > 0
+            entries.append(FatbinEntry(
+                kind={1: "ptx", 2: "elf"}.get(kind, f"kind{kind}"), arch=arch,
+                size=comp_size or payload, uncompressed=uncompressed if compressed else (comp_size or payload),
+                flags=flags, compressed=compressed))
+            e += ehsize + payload
+        pos = (stop + 7) // 8 * 8
+    return entries
+
+
+def expected_entries(archs: str) -> set[tuple[str, int]]:
+    """(kind, arch) pairs a CMake CUDA_ARCHITECTURES list must produce."""
+    want = set()
+    for a in [x for x in re.split(r"[;,]", archs) if x]:
+        m = re.match(r"^(\d+)[af]?(?:-(real|virtual))?$", a)
+        if not m:
+            raise ValueError(f"cannot check CUDA architecture entry {a!r}")
+        num, what = int(m.group(1)), m.group(2)
+        if what in (None, "real"):
+            want.add(("elf", num))
+        if what in (None, "virtual"):
+            want.add(("ptx", num))
+    return want
+
+
+def check_fatbin(path: str, archs: str) -> list[str]:
+    entries = read_fatbin(path)
+    problems = []
+    if not entries:
+        return [f"{path} holds no CUDA fatbin (.nv_fatbin section missing or empty)"]
+    have = {(e.kind, e.arch) for e in entries}
+    for kind, arch in sorted(expected_entries(archs) - have):
+        problems.append(f"missing {'SASS sm' if kind == 'elf' else 'PTX compute'}_{arch} (configured: {archs})")
+    for kind, arch in sorted(have - expected_entries(archs)):
+        problems.append(f"unexpected {kind} entry for arch {arch} (configured: {archs})")
+    for e in entries:
+        if not e.compressed:
+            problems.append(f"{e.kind} sm_{e.arch} is not compressed (flags {e.flags:#x})")
+    return problems
+
+
+def cuobjdump_listing(cuobjdump: str, path: str) -> set[tuple[str, int]]:
+    have = set()
+    for flag, kind in (("--list-elf", "elf"), ("--list-ptx", "ptx")):
+        out = subprocess.run([cuobjdump, flag, path], capture_output=True, text=True).stdout
+        have |= {(kind, int(m)) for m in re.findall(r"\.(?:sm|compute)_(\d+)[af]?\.(?:cubin|ptx)", out)}
+    return have
+
+
+# Undefined dynamic symbols a CUDA build may have: the torch stable C shim (libtorch_cpu/libtorch_cuda,
+# bound when torch has loaded them), the CUDA runtime (versioned libcudart.so.N), the C/C++ runtime.
+ALLOWED_UNVERSIONED = re.compile(r"^(aoti_torch_\w+|torch_\w+|__gmon_start__|_ITM_\w+|__cxa_finalize)$")
+ALLOWED_VERSIONS = re.compile(r"^(GLIBC|GLIBCXX|CXXABI|GCC|libcudart\.so)")
+
+
+def undefined_symbols(path: str) -> list[tuple[str, str]]:
+    """(name, version) of the undefined dynamic symbols (nm -D)."""
+    out = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True, text=True, check=True).stdout
+    syms = []
+    for line in out.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        name = parts[-1]
+        sym, _, version = name.partition("@")
+        syms.append((sym, version.lstrip("@")))
+    return syms
+
+
+def check_symbols(path: str) -> list[str]:
+    problems = []
+    for sym, version in undefined_symbols(path):
+        if version and ALLOWED_VERSIONS.match(version):
+            continue
+        if not version and ALLOWED_UNVERSIONED.match(sym):
+            continue
+        problems.append(f"unexpected undefined symbol {sym}{'@' + version if version else ''}")
+    return problems
+
+
+def needed_libraries(path: str) -> list[str]:
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def check_needed(path: str) -> list[str]:
+    needed = needed_libraries(path)
+    problems = []
+    if not any(n.startswith("libcudart.so") for n in needed):
+        problems.append(f"libcudart is not a shared dependency (NEEDED: {needed})")
+    if any(n.startswith("libcuda.so") for n in needed):
+        problems.append("links the driver library libcuda.so directly (only the runtime may)")
+    if not any(n.startswith("libtorch_cpu") for n in needed):
+        problems.append(f"libtorch_cpu is not a dependency (NEEDED: {needed})")
+    return problems
+
+
+def inspect(path: str, archs: str) -> dict:
+    """Everything the checks report about a built library."""
+    entries = read_fatbin(path)
+    with open(path, "rb") as fh:
+        secs = elf_sections(fh.read())
+    problems = check_fatbin(path, archs) + check_symbols(path) + check_needed(path)
+    cuobjdump = find_cuobjdump(find_nvcc())
+    cross = None
+    if cuobjdump:
+        listed = cuobjdump_listing(cuobjdump, path)
+        cross = sorted(f"{k}:{a}" for k, a in listed)
+        if listed != {(e.kind, e.arch) for e in entries}:
+            problems.append(f"cuobjdump lists {sorted(listed)} but the fatbin parser found "
+                            f"{sorted((e.kind, e.arch) for e in entries)}")
+    return {
+        "library": path,
+        "archs": archs,
+        "size_bytes": os.path.getsize(path),
+        "fatbin_bytes": secs.get(".nv_fatbin", (0, 0))[1],
+        "entries": [e.__dict__ for e in entries],
+        "needed": needed_libraries(path),
+        "cuobjdump": cross,
+        "problems": problems,
+    }
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--archs", default=CI_ARCHS,
+                   help=f"CMake CUDA architecture list, or 'default' for this nvcc's row (default {CI_ARCHS})")
+    p.add_argument("--build-dir", help="build here (kept) instead of a temporary directory")
+    p.add_argument("--inspect", metavar="SO", help="only inspect an existing library (no build)")
+    p.add_argument("--compare-compression", action="store_true",
+                   help="also build with TORCH_SEGOPS_CUDA_COMPRESS=none and report both sizes")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    args = p.parse_args(argv)
+
+    nvcc = find_nvcc()
+    archs = args.archs
+    if archs == "default":
+        if not nvcc:
+            print("nvcc not found", file=sys.stderr)
+            return 2
+        archs = default_archs(nvcc_version(nvcc)) or ""
+    if args.inspect:
+        report = inspect(args.inspect, archs)
+    else:
+        if not nvcc:
+            print("SKIP: nvcc not found (set CUDACXX or CUDA_HOME); nothing was checked", file=sys.stderr)
+            return 2
+        print(f"nvcc {nvcc_version(nvcc)} ({nvcc}); archs {archs}", flush=True)
+        with tempfile.TemporaryDirectory(prefix="segops-cuda-") as tmp:
+            bdir = args.build_dir or os.path.join(tmp, "build")
+            b = build(bdir, archs, nvcc)
+            report = inspect(b.library, archs)
+            report.update(configure_s=round(b.configure_s, 1), build_s=round(b.build_s, 1),
+                          cuda_compile_s=round(b.cuda_compile_s, 1) if b.cuda_compile_s else None)
+            if args.compare_compression:
+                nb = build(os.path.join(tmp, "build-uncompressed"), archs, nvcc,
+                           extra=["-DTORCH_SEGOPS_CUDA_COMPRESS=none"])
+                with open(nb.library, "rb") as fh:
+                    report["uncompressed_size_bytes"] = os.path.getsize(nb.library)
+                    report["uncompressed_fatbin_bytes"] = elf_sections(fh.read()).get(".nv_fatbin", (0, 0))[1]
+    print(f"library: {report['library']}  size {_mib(report['size_bytes'])}, fatbin {_mib(report['fatbin_bytes'])}")
+    if "build_s" in report:
+        print(f"configure {report['configure_s']} s, build {report['build_s']} s"
+              + (f" (CUDA source alone {report['cuda_compile_s']} s)" if report.get("cuda_compile_s") else ""))
+    if "uncompressed_size_bytes" in report:
+        print(f"without fatbin compression: size {_mib(report['uncompressed_size_bytes'])}, "
+              f"fatbin {_mib(report['uncompressed_fatbin_bytes'])}")
+    for e in report["entries"]:
+        print(f"  {e['kind']:3s} {e['arch']:4d}  {e['size']:>9d} bytes"
+              + (f" (compressed from {e['uncompressed']})" if e["compressed"] else " (not compressed)"))
+    print(f"NEEDED: {', '.join(report['needed'])}")
+    if report["cuobjdump"] is not None:
+        print(f"cuobjdump agrees: {report['cuobjdump']}")
+    for prob in report["problems"]:
+        print(f"PROBLEM: {prob}")
+    print("OK" if not report["problems"] else f"{len(report['problems'])} problem(s)")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+    return 0 if not report["problems"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
