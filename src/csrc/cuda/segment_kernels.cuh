@@ -47,7 +47,7 @@ namespace cuda {
 
 using u64 = unsigned long long;
 
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)  // device pass only: the host compiler would warn about an unknown pragma
 #define SEGOPS_UNROLL _Pragma("unroll")
 #else
 #define SEGOPS_UNROLL
