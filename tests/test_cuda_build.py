@@ -71,11 +71,54 @@ def test_fatbin_is_compressed(built):
 
 
 @needs_nvcc
-def test_fatbin_parser_agrees_with_cuobjdump(built):
+def test_cuobjdump_lists_every_configured_arch(built):
+    """cuobjdump (tools/bootstrap.sh installs the nvidia-cuda-cuobjdump wheel) lists exactly the configured
+    SASS/PTX, and agrees with the fatbin parser. A missing cuobjdump is a setup error here, not a skip."""
     cuobjdump = ccb.find_cuobjdump(NVCC)
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found next to nvcc or on PATH (pip package nvidia-cuda-cuobjdump has one)")
-    assert ccb.cuobjdump_listing(cuobjdump, built.library) == {(e.kind, e.arch) for e in ccb.read_fatbin(built.library)}
+    assert cuobjdump is not None, ("cuobjdump not found on PATH, next to nvcc, in $CUDA_HOME/bin or in the "
+                                   "nvidia-cuda-cuobjdump pip wheel: run tools/bootstrap.sh")
+    listed = ccb.cuobjdump_listing(cuobjdump, built.library)
+    assert listed == {("elf", 75), ("elf", 90)}, listed
+    assert not ccb.compare_entries(listed, ccb.CI_ARCHS, "cuobjdump")
+    assert listed == {(e.kind, e.arch) for e in ccb.read_fatbin(built.library)}
+
+
+@needs_nvcc
+def test_check_command_fails_when_a_requested_arch_is_missing(built, capsys):
+    """The command-line check (fatbin parser and cuobjdump) exits 1 naming the missing arch, 0 otherwise."""
+    assert ccb.main(["--inspect", built.library, "--archs", ccb.CI_ARCHS]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    assert ccb.main(["--inspect", built.library, "--archs", ccb.CI_ARCHS + ";86-real"]) == 1
+    out = capsys.readouterr().out
+    assert "PROBLEM: fatbin: missing SASS sm_86" in out
+    assert "PROBLEM: cuobjdump: missing SASS sm_86" in out, out
+
+
+# cuobjdump 13.x output for a library built for 75-real;90a-real;120-virtual (format of the real tool)
+_LIST_ELF = "ELF file    1: _C.1.sm_75.cubin\nELF file    2: _C.2.sm_90a.cubin\n"
+_LIST_PTX = "PTX file    1: _C.1.sm_120.ptx\n"
+
+
+def test_cuobjdump_listing_parser():
+    assert ccb.parse_cuobjdump_listing(_LIST_ELF + _LIST_PTX) == {("elf", 75), ("elf", 90), ("ptx", 120)}
+    # older toolkits name PTX compute_NN; cuobjdump's "no PTX" note lists nothing
+    assert ccb.parse_cuobjdump_listing("PTX file    3: x.3.compute_86.ptx\n") == {("ptx", 86)}
+    assert ccb.parse_cuobjdump_listing(
+        "cuobjdump info    : No PTX file found to extract from '_C.so'.  You may try with -all option.") == set()
+
+
+def test_listing_without_a_requested_arch_fails():
+    listed = ccb.parse_cuobjdump_listing(_LIST_ELF + _LIST_PTX)
+    assert ccb.compare_entries(listed, "75-real;90a-real;120-virtual", "cuobjdump") == []
+    # sm_90 SASS and compute_120 PTX requested, the listing lacks both
+    no_90 = ccb.parse_cuobjdump_listing("ELF file    1: _C.1.sm_75.cubin\n")
+    assert ccb.compare_entries(no_90, "75-real;90-real;120-virtual", "cuobjdump") == [
+        "cuobjdump: missing SASS sm_90 (configured: 75-real;90-real;120-virtual)",
+        "cuobjdump: missing PTX compute_120 (configured: 75-real;90-real;120-virtual)",
+    ]
+    # "90" (no suffix) asks for both SASS and PTX: SASS alone is not enough; an extra arch is reported too
+    assert ccb.compare_entries({("elf", 90), ("elf", 80)}, "90", "x") == [
+        "x: missing PTX compute_90 (configured: 90)", "x: unexpected SASS sm_80 (configured: 90)"]
 
 
 @needs_nvcc

@@ -10,8 +10,9 @@ Builds torch_segops with TORCH_SEGOPS_WITH_CUDA=ON against the installed (CPU) t
 temporary directory, then checks the library: every architecture of the configured list is in the
 fatbin (SASS for "NN-real", PTX for "NN-virtual", both for "NN"), the fatbin entries are compressed,
 and the only undefined symbols are the torch stable C shim, the CUDA runtime and the C/C++ runtime.
-The fatbin is read directly from the ELF section (.nv_fatbin), so no cuobjdump is needed; when
-cuobjdump is found (PATH, $CUDA_HOME/bin), its --list-elf/--list-ptx output is cross-checked.
+The fatbin is read directly from the ELF section (.nv_fatbin); when cuobjdump is found (PATH, next to
+nvcc, $CUDA_HOME/bin, or the nvidia-cuda-cuobjdump pip wheel that tools/bootstrap.sh installs), its
+--list-elf/--list-ptx listing is checked against the configured list too, and against the parser.
 Exit status 1 when a check fails. Importable: tests/test_cuda_build.py uses these functions.
 """
 
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCH_TABLE = os.path.join(REPO, "cmake", "cuda_architectures.txt")
@@ -62,10 +63,31 @@ def nvcc_supported_archs(nvcc: str) -> set[int]:
     return {int(x) for x in re.findall(r"compute_(\d+)", out)}
 
 
+def _wheel_bin_dirs() -> list[str]:
+    """bin/ folders of NVIDIA's pip wheels (nvidia-cuda-cuobjdump installs nvidia/cu13/bin/cuobjdump for CUDA
+    13, nvidia/cuda_cuobjdump/bin/cuobjdump for CUDA 12) in this Python's site-packages."""
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    dirs = []
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13", "cuda_cuobjdump", "cu12"):
+            d = os.path.join(root, sub, "bin")
+            if os.path.isdir(d):
+                dirs.append(d)
+    return dirs
+
+
 def find_cuobjdump(nvcc: str | None) -> str | None:
+    """cuobjdump from PATH, next to nvcc, $CUDA_HOME/$CUDA_PATH, or the nvidia-cuda-cuobjdump pip wheel
+    (tools/bootstrap.sh installs it) (None if absent)."""
     cands = [shutil.which("cuobjdump")]
     if nvcc:
         cands.append(os.path.join(os.path.dirname(nvcc), "cuobjdump"))
+    cands += [os.path.join(os.environ[v], "bin", "cuobjdump") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    cands += [os.path.join(d, "cuobjdump") for d in _wheel_bin_dirs()]
     return next((c for c in cands if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
@@ -118,20 +140,31 @@ def configure(build_dir: str, nvcc: str, archs: str | None, extra: list[str] | N
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
+def build_jobs() -> int:
+    """Parallel jobs for a build: $CMAKE_BUILD_PARALLEL_LEVEL, else $MAX_JOBS, else the CPU count."""
+    for var in ("CMAKE_BUILD_PARALLEL_LEVEL", "MAX_JOBS"):
+        if os.environ.get(var, "").isdigit() and int(os.environ[var]) > 0:
+            return int(os.environ[var])
+    return os.cpu_count() or 2
+
+
 def build(build_dir: str, archs: str = CI_ARCHS, nvcc: str | None = None, extra: list[str] | None = None,
           jobs: int | None = None) -> Build:
+    """Configures and builds the CUDA variant in build_dir. jobs (default build_jobs()) bounds both the build
+    steps run at once and nvcc --threads (the architectures of the .cu compiled in parallel)."""
     nvcc = nvcc or find_nvcc()
     if not nvcc:
         raise RuntimeError("nvcc not found (set CUDACXX or CUDA_HOME, or put nvcc on PATH)")
+    jobs = jobs or build_jobs()
     env = dict(os.environ)
     env.pop("CUDAARCHS", None)  # the explicit list below is what we check
     t0 = time.perf_counter()
-    cp = configure(build_dir, nvcc, archs, extra, env)
+    cp = configure(build_dir, nvcc, archs, [f"-DTORCH_SEGOPS_NVCC_THREADS={jobs}"] + (extra or []), env)
     t1 = time.perf_counter()
     if cp.returncode != 0:
         raise RuntimeError(f"cmake configure failed:\n{cp.stdout}\n{cp.stderr}")
     tb = time.perf_counter()
-    bp = subprocess.run(["cmake", "--build", build_dir, "--parallel", str(jobs or os.cpu_count() or 2)],
+    bp = subprocess.run(["cmake", "--build", build_dir, "--parallel", str(jobs)],
                         capture_output=True, text=True, env=env)
     t2 = time.perf_counter()
     if bp.returncode != 0:
@@ -237,26 +270,53 @@ def expected_entries(archs: str) -> set[tuple[str, int]]:
 
 def check_fatbin(path: str, archs: str) -> list[str]:
     entries = read_fatbin(path)
-    problems = []
     if not entries:
         return [f"{path} holds no CUDA fatbin (.nv_fatbin section missing or empty)"]
-    have = {(e.kind, e.arch) for e in entries}
-    for kind, arch in sorted(expected_entries(archs) - have):
-        problems.append(f"missing {'SASS sm' if kind == 'elf' else 'PTX compute'}_{arch} (configured: {archs})")
-    for kind, arch in sorted(have - expected_entries(archs)):
-        problems.append(f"unexpected {kind} entry for arch {arch} (configured: {archs})")
+    problems = compare_entries({(e.kind, e.arch) for e in entries}, archs, "fatbin")
     for e in entries:
         if not e.compressed:
             problems.append(f"{e.kind} sm_{e.arch} is not compressed (flags {e.flags:#x})")
     return problems
 
 
-def cuobjdump_listing(cuobjdump: str, path: str) -> set[tuple[str, int]]:
+# cuobjdump --list-elf / --list-ptx lines: "ELF file    1: _C.1.sm_75.cubin", "PTX file    1: _C.3.sm_120.ptx"
+# (PTX is named sm_NN too; older toolkits wrote compute_NN). The a/f suffix (sm_90a) keeps the number.
+_LISTING_LINE = re.compile(r"^(ELF|PTX) file\s+\d+:\s+\S*?\.(?:sm|compute)_(\d+)[af]?\.(cubin|ptx)\s*$")
+
+
+def parse_cuobjdump_listing(text: str) -> set[tuple[str, int]]:
+    """(kind, arch) pairs of cuobjdump --list-elf and/or --list-ptx output ("elf" = SASS, "ptx")."""
     have = set()
-    for flag, kind in (("--list-elf", "elf"), ("--list-ptx", "ptx")):
-        out = subprocess.run([cuobjdump, flag, path], capture_output=True, text=True).stdout
-        have |= {(kind, int(m)) for m in re.findall(r"\.(?:sm|compute)_(\d+)[af]?\.(?:cubin|ptx)", out)}
+    for line in text.splitlines():
+        m = _LISTING_LINE.match(line.strip())
+        if m:
+            have.add(("elf" if m.group(1) == "ELF" else "ptx", int(m.group(2))))
     return have
+
+
+def _entry_name(kind: str, arch: int) -> str:
+    return f"SASS sm_{arch}" if kind == "elf" else f"PTX compute_{arch}"
+
+
+def compare_entries(have: set[tuple[str, int]], archs: str, source: str) -> list[str]:
+    """Problems of a library whose fatbin holds `have` (from `source`) for the CMake arch list `archs`: every
+    configured SASS/PTX must be there, and nothing else. Empty list: it matches."""
+    want = expected_entries(archs)
+    problems = [f"{source}: missing {_entry_name(k, a)} (configured: {archs})" for k, a in sorted(want - have)]
+    problems += [f"{source}: unexpected {_entry_name(k, a)} (configured: {archs})" for k, a in sorted(have - want)]
+    return problems
+
+
+def cuobjdump_listing(cuobjdump: str, path: str) -> set[tuple[str, int]]:
+    """What cuobjdump --list-elf and --list-ptx list in `path` (raises if cuobjdump fails)."""
+    text = ""
+    for flag in ("--list-elf", "--list-ptx"):
+        cp = subprocess.run([cuobjdump, flag, path], capture_output=True, text=True)
+        # a library without PTX: exit 0 and "cuobjdump info : No PTX file found" on stderr
+        if cp.returncode != 0:
+            raise RuntimeError(f"{cuobjdump} {flag} {path} failed ({cp.returncode}):\n{cp.stdout}{cp.stderr}")
+        text += cp.stdout
+    return parse_cuobjdump_listing(text)
 
 
 # Undefined dynamic symbols a CUDA build may have: the torch stable C shim (libtorch_cpu/libtorch_cuda,
@@ -318,6 +378,7 @@ def inspect(path: str, archs: str) -> dict:
     if cuobjdump:
         listed = cuobjdump_listing(cuobjdump, path)
         cross = sorted(f"{k}:{a}" for k, a in listed)
+        problems += compare_entries(listed, archs, "cuobjdump")
         if listed != {(e.kind, e.arch) for e in entries}:
             problems.append(f"cuobjdump lists {sorted(listed)} but the fatbin parser found "
                             f"{sorted((e.kind, e.arch) for e in entries)}")
@@ -386,7 +447,10 @@ def main(argv=None) -> int:
               + (f" (compressed from {e['uncompressed']})" if e["compressed"] else " (not compressed)"))
     print(f"NEEDED: {', '.join(report['needed'])}")
     if report["cuobjdump"] is not None:
-        print(f"cuobjdump agrees: {report['cuobjdump']}")
+        print(f"cuobjdump lists: {report['cuobjdump']}")
+    else:
+        print("WARNING: cuobjdump not found (PATH, next to nvcc, $CUDA_HOME/bin, or the nvidia-cuda-cuobjdump "
+              "pip wheel that tools/bootstrap.sh installs): the fatbin parser's result was not cross-checked")
     for prob in report["problems"]:
         print(f"PROBLEM: {prob}")
     print("OK" if not report["problems"] else f"{len(report['problems'])} problem(s)")
