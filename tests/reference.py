@@ -72,7 +72,8 @@ def segment(src: torch.Tensor, indptr: torch.Tensor, reduce: str) -> tuple[torch
                 best = seg.amin(0) if reduce == "min" else seg.amax(0)
                 # first position holding the extreme value (ties go to the first position)
                 pos = torch.arange(count, device=src.device).view(-1, *[1] * len(feat)).expand(seg.shape)
-                first = torch.where(seg == best, pos, count).amin(0)
+                hit = (seg == best) | (seg.isnan() & best.isnan())  # a NaN extreme: the first NaN
+                first = torch.where(hit, pos, count).amin(0)
                 # value taken by indexing, so the gradient flows to exactly that position
                 outs.append(seg.gather(0, first.unsqueeze(0)).squeeze(0))
                 args.append(first + lo)
@@ -353,3 +354,25 @@ def csr_cases(dtypes=ALL_DTYPES, gather: bool = False, max_lead_dims: int = 2, t
         return {"src": src, "indptr": indptr, "size": size, "desc": desc, "seed": seed}
 
     return strategy()
+
+
+def public_reducers() -> dict:
+    """The public reduction entry points of torch_segops by test id, each fn(src, indptr) reducing along
+    dim indptr.dim() - 1 (shared by test_compile.py and test_errors.py). torch_segops is imported on call,
+    so that this module stays plain PyTorch."""
+    import torch_segops as so
+
+    return {
+        "segment_csr_sum": lambda s, i: so.segment_csr(s, i, reduce="sum"),
+        "segment_csr_add": lambda s, i: so.segment_csr(s, i, reduce="add"),
+        "segment_csr_mean": lambda s, i: so.segment_csr(s, i, reduce="mean"),
+        "segment_csr_min": lambda s, i: so.segment_csr(s, i, reduce="min"),
+        "segment_csr_max": lambda s, i: so.segment_csr(s, i, reduce="max"),
+        "segment_sum_csr": so.segment_sum_csr,
+        "segment_add_csr": so.segment_add_csr,
+        "segment_mean_csr": so.segment_mean_csr,
+        "segment_min_csr": so.segment_min_csr,
+        "segment_max_csr": so.segment_max_csr,
+        "segment_logsumexp_csr": so.segment_logsumexp_csr,
+        "segment_softmax_csr": so.segment_softmax_csr,
+    }

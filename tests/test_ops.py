@@ -187,6 +187,48 @@ def test_min_max_propagate_nan(reduce):
     assert torch.isnan(so.segment_csr(src, indptr, reduce=reduce)[0]).all()
 
 
+SPECIAL = [float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0, -1.0, 3.0]
+
+
+@pytest.mark.parametrize("features", [1, 2, 5, 16, 37, 300], ids=lambda f: f"F{f}")
+@pytest.mark.parametrize("reduce", ["min", "max"])
+def test_min_max_special_values_match_reference(reduce, features):
+    # Random mixes of +-inf, NaN, signed zeros and ties, over feature counts that take every code path
+    # (1 and 2: row lanes; 5, 16, 37: feature loops; 300: more than one feature tile).
+    gen = torch.Generator().manual_seed(features)
+    src = torch.tensor(SPECIAL)[torch.randint(len(SPECIAL), (97, features), generator=gen)]
+    indptr = torch.tensor([0, 0, 1, 7, 7, 40, 41, 97])
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(arg, ref_arg), (arg, ref_arg)
+    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("reduce", ["min", "max"])
+def test_min_max_integer_extremes(reduce, dtype):
+    info = torch.iinfo(dtype)
+    src = torch.tensor([[info.min, info.max], [info.min, info.max], [info.max, info.min], [5, 5]], dtype=dtype)
+    indptr = torch.tensor([0, 3, 3, 4])
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(values, ref_values) and torch.equal(arg, ref_arg), (values, arg, ref_values, ref_arg)
+
+
+@pytest.mark.parametrize("features", [1, 16, 37], ids=lambda f: f"F{f}")
+def test_softmax_and_logsumexp_special_values(features):
+    gen = torch.Generator().manual_seed(features)
+    src = torch.tensor(SPECIAL)[torch.randint(len(SPECIAL), (60, features), generator=gen)]
+    src[40:] = torch.randn(20, features, generator=gen) * 30  # wide range: exp under- and overflow
+    src[50:52] = float("-inf")  # a segment of -inf only: softmax NaN, logsumexp -inf
+    indptr = torch.tensor([0, 1, 9, 25, 40, 50, 52, 60])
+    ref = R.segment_softmax(src, indptr)
+    torch.testing.assert_close(so.segment_softmax_csr(src, indptr), ref, equal_nan=True, rtol=1e-5, atol=1e-7)
+    lse = so.segment_logsumexp_csr(src, indptr)
+    ref_lse = torch.stack([torch.logsumexp(src[a:b], 0) for a, b in zip(indptr[:-1], indptr[1:])])
+    torch.testing.assert_close(lse, ref_lse, equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
 def test_add_is_sum():
     src = torch.randn(20, 5)
     indptr = torch.tensor([0, 3, 3, 11, 20])

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,27 +23,23 @@
 #include "csr_args.h"
 #include "merge_path.h"
 #include "reducers.h"
+#include "cpu/reduce_piece.h"
+#include "cpu/vec_math.h"
 
 namespace torch_segops {
 namespace {
 
+using cpu::reduce_piece;
+using cpu::to_acc;
+
 constexpr int64_t kChunkElems = 1 << 15;  // elements of work per chunk (rows x features)
-constexpr int64_t kFeatureTile = 256;     // features per work unit
+constexpr int64_t kFeatureTile = cpu::kMaxPieceFeatures;  // features per work unit
 constexpr int64_t kMinItems = 64;         // merge-path items per chunk, at least
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
 template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
-
-// Element -> accumulator. bfloat16 is the top half of a float32: a shift the compiler vectorises.
-template <typename A, typename T> inline A to_acc(T x) { return static_cast<A>(x); }
-template <> inline float to_acc<float, torch::headeronly::BFloat16>(torch::headeronly::BFloat16 x) {
-  const uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 // ---- indptr validation ------------------------------------------------------------------------------
 
@@ -90,54 +87,6 @@ int64_t validate_indptr(const CsrArgs& a, int64_t limit, const char* op, const c
 }
 
 // ---- reductions ------------------------------------------------------------------------------------
-
-// Folds rows [0, count) of one segment piece into st[0, FB). Row r's features start at elem0 + r * F;
-// its absolute position along dim is pos0 + r. The K * FB accumulators live on the stack (registers);
-// K lanes take rows round-robin, so few features still give K independent dependency chains.
-// kStride > 0 fixes the row stride at compile time (F == FB: rows are contiguous).
-template <class Op, int K, int FB, int kStride = 0, class Load>
-inline void reduce_block(typename Op::State* st, const Load& load, int64_t elem0, int64_t F_rt, int64_t pos0,
-                         int64_t count) {
-  const int64_t F = kStride > 0 ? kStride : F_rt;
-  typename Op::State acc[K * FB];
-  for (int i = 0; i < K * FB; ++i) acc[i] = Op::identity();
-  int64_t r = 0;
-  for (; r + K <= count; r += K) {
-    for (int k = 0; k < K; ++k) {
-      const int64_t e = elem0 + (r + k) * F;
-      for (int f = 0; f < FB; ++f) Op::step(acc[k * FB + f], load(e + f), pos0 + r + k);
-    }
-  }
-  for (; r < count; ++r) {
-    for (int f = 0; f < FB; ++f) Op::step(acc[f], load(elem0 + r * F + f), pos0 + r);
-  }
-  for (int f = 0; f < FB; ++f) {
-    st[f] = acc[f];
-    for (int k = 1; k < K; ++k) Op::merge(st[f], acc[k * FB + f]);
-  }
-}
-
-// Same for fn features, in register blocks of 16, then 4, then 1.
-template <class Op, class Load>
-inline void reduce_piece(typename Op::State* st, const Load& load, int64_t elem0, int64_t F, int64_t fn,
-                         int64_t pos0, int64_t count) {
-  // Short segments skip the lanes: their set-up and merge would cost more than the parallel chains
-  // gain. The choice depends on the data only, never on the thread count.
-  if (F == 1) {
-    return count < 32 ? reduce_block<Op, 1, 1, 1>(st, load, elem0, F, pos0, count)
-                      : reduce_block<Op, 8, 1, 1>(st, load, elem0, F, pos0, count);
-  }
-  if (F == 2) {
-    return count < 16 ? reduce_block<Op, 1, 2, 2>(st, load, elem0, F, pos0, count)
-                      : reduce_block<Op, 4, 2, 2>(st, load, elem0, F, pos0, count);
-  }
-  if (fn == 1) return reduce_block<Op, 8, 1>(st, load, elem0, F, pos0, count);
-  if (fn == 2) return reduce_block<Op, 4, 2>(st, load, elem0, F, pos0, count);
-  int64_t f = 0;
-  for (; f + 16 <= fn; f += 16) reduce_block<Op, 1, 16>(st + f, load, elem0 + f, F, pos0, count);
-  for (; f + 4 <= fn; f += 4) reduce_block<Op, 2, 4>(st + f, load, elem0 + f, F, pos0, count);
-  for (; f < fn; ++f) reduce_block<Op, 4, 1>(st + f, load, elem0 + f, F, pos0, count);
-}
 
 template <class Op, class OutT>
 inline void write_result(const typename Op::State* st, int64_t fn, int64_t count, int64_t N, OutT* out,
@@ -331,8 +280,11 @@ Tensor segment_softmax_cpu(Tensor src, Tensor indptr) {
     const T* x = cptr<T>(a.src);
     reduce_csr<LogSumExpOp<A>>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, lse.data(), nullptr);
     const A* l = lse.data();
-    expand_csr(a, a.N, mptr<T>(out),
-               [x, l](int64_t re, int64_t se) { return static_cast<T>(std::exp(static_cast<A>(x[re]) - l[se])); });
+    // A +inf in the segment makes the whole segment NaN, as torch.softmax does (inf - inf).
+    constexpr A kInf = std::numeric_limits<A>::infinity(), kNaN = std::numeric_limits<A>::quiet_NaN();
+    expand_csr(a, a.N, mptr<T>(out), [x, l](int64_t re, int64_t se) {
+      return static_cast<T>(l[se] == kInf ? kNaN : cpu::exp_approx(to_acc<A>(x[re]) - l[se]));
+    });
   });
   return out;
 }
