@@ -24,50 +24,6 @@ import common as C  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 
-NATIVE = ("torch.segment_reduce", "scatter_reduce_", "index_add_", "index_select", "repeat_interleave",
-          "index ops")
-
-
-def _alternatives(op, src, indptr, index, n_seg, lengths):
-    """name -> zero-argument callable computing the same result with another implementation."""
-    rows = src.size(0)
-    feat = src.shape[1:]
-    # scatter_reduce_ needs the index in src's shape: a stride-0 expanded view, no copy
-    idx_x = index.view(-1, *[1] * len(feat)).expand(index.numel(), *feat) if feat else index
-    zeros = lambda: torch.zeros((n_seg, *feat), dtype=src.dtype)  # noqa: E731
-    alts = {}
-    if op in ("sum", "mean", "max"):
-        alts["torch.segment_reduce"] = lambda: torch.segment_reduce(src, op, offsets=indptr, axis=0, unsafe=True)
-    if op == "sum":
-        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "sum", include_self=False)
-        alts["index_add_"] = lambda: zeros().index_add_(0, index, src)
-    elif op == "mean":
-        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "mean", include_self=False)
-        counts = lengths.clamp(min=1).to(src.dtype).view(-1, *[1] * len(feat))
-        alts["index_add_"] = lambda: zeros().index_add_(0, index, src).div_(counts)
-    elif op == "max":
-        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
-    elif op == "gather":
-        alts["index_select"] = lambda: src.index_select(0, index)
-        alts["repeat_interleave"] = lambda: src.repeat_interleave(lengths, dim=0, output_size=int(indptr[-1]))
-    elif op == "softmax":
-        def index_ops():  # the usual scatter-based segment softmax: 4 passes + 2 gathers
-            m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
-            e = (src - m.index_select(0, index)).exp_()
-            s = zeros().index_add_(0, index, e)
-            return e.div_(s.index_select(0, index))
-        alts["index ops"] = index_ops
-    if C.torch_scatter is not None:
-        ts = C.torch_scatter
-        if op in ("sum", "mean", "max"):
-            alts["torch_scatter"] = lambda: ts.segment_csr(src, indptr, reduce=op)
-        elif op == "gather":
-            alts["torch_scatter"] = lambda: ts.gather_csr(src, indptr)
-        elif op == "softmax":
-            from torch_scatter.composite import scatter_softmax
-            alts["torch_scatter"] = lambda: scatter_softmax(src, index, dim=0)
-    return alts
-
 
 def _segops(op, src, indptr):
     if op in ("sum", "mean"):
@@ -83,7 +39,6 @@ def _segops(op, src, indptr):
 
 def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, reps, warmup, max_seconds, seed=0):
     src, indptr = C.make_input(rows, feat, n_seg, dtype, segmentation, seed=seed)
-    lengths = indptr[1:] - indptr[:-1]
     index = C.index_from_indptr(indptr)
     time_kw = dict(repeats=reps, warmup=warmup, max_seconds=max_seconds)
     out_rows = []
@@ -100,11 +55,11 @@ def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, reps, warmup, m
         read_t = C.median_time(lambda: big.sum(), **time_kw)
         seg_t = C.median_time(fn, **time_kw)
         alts = {name: C.try_time(alt, **time_kw) for name, alt in
-                _alternatives(op, op_src, indptr, index, n_seg, lengths).items()}
+                C.alternatives(op, op_src, indptr, index, n_seg, rows).items()}
         out_rows.append(C.Row(
             shape=label, op=op, dtype=str(dtype).replace("torch.", ""),
             nbytes=C.nbytes(op_src, indptr, *outs), src_bytes=C.nbytes(big),
-            segops=seg_t, read=read_t, alternatives=alts, native=NATIVE,
+            segops=seg_t, read=read_t, alternatives=alts, native=C.NATIVE,
         ))
         print(f"  done: {label} {op} {dtype}", file=sys.stderr, flush=True)
         del result, outs, big

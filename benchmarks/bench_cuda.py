@@ -104,50 +104,6 @@ def segops_fn(op, src, indptr, n_out_rows):
     raise ValueError(op)
 
 
-def alternatives(op, src, indptr, index, n_seg, n_rows):
-    """name -> callable computing the same values another way (index precomputed, not timed)."""
-    feat = src.shape[1:]
-    idx_x = index.view(-1, *[1] * len(feat)).expand(index.numel(), *feat) if feat else index
-    zeros = lambda: torch.zeros((n_seg, *feat), dtype=src.dtype, device=src.device)  # noqa: E731
-    alts = {}
-    if op in ("sum", "mean", "max"):
-        alts["torch.segment_reduce"] = lambda: torch.segment_reduce(src, op, offsets=indptr, axis=0, unsafe=True)
-    if op == "sum":
-        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "sum", include_self=False)
-        alts["index_add_"] = lambda: zeros().index_add_(0, index, src)
-    elif op == "mean":
-        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "mean", include_self=False)
-    elif op == "max":
-        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
-    elif op == "logsumexp":
-        def lse():
-            m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
-            s = zeros().index_add_(0, index, (src - m.index_select(0, index)).exp())
-            return m + s.log()
-        alts["index ops"] = lse
-    elif op == "softmax":
-        def softmax():
-            m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
-            e = (src - m.index_select(0, index)).exp_()
-            s = zeros().index_add_(0, index, e)
-            return e.div_(s.index_select(0, index))
-        alts["index ops"] = softmax
-    elif op == "gather":
-        alts["index_select"] = lambda: src.index_select(0, index)
-        lengths = indptr[1:] - indptr[:-1]
-        alts["repeat_interleave"] = lambda: src.repeat_interleave(lengths, dim=0, output_size=n_rows)
-    if C.torch_scatter is not None:
-        ts = C.torch_scatter
-        if op in ("sum", "mean", "max"):
-            alts["torch_scatter"] = lambda: ts.segment_csr(src, indptr, reduce=op)
-        elif op == "gather":
-            alts["torch_scatter"] = lambda: ts.gather_csr(src, indptr)
-    return alts
-
-
-NATIVE = ("torch.segment_reduce", "scatter_reduce_", "index_add_", "index ops", "index_select", "repeat_interleave")
-
-
 def _values(r):
     return r[0] if isinstance(r, tuple) else r
 
@@ -186,12 +142,12 @@ def run_case(dist, feat, dtype, ops, elems, reps, warmup, seed=0):
         dst = torch.empty_like(big)
         copy_t = cuda_time(lambda: dst.copy_(big), reps, warmup)
         seg_t = cuda_time(fn, reps, warmup)
-        alts = alternatives(op, op_src, indptr, index, n_seg, rows)
+        alts = C.alternatives(op, op_src, indptr, index, n_seg, rows)
         alt_t = {name: try_cuda_time(a, reps, warmup) for name, a in alts.items()}
         # correctness: the first native alternative, evaluated in float64, is the reference
         ok = None
-        ref_alts = alternatives(op, op_src.double(), indptr, index, n_seg, rows)
-        for name in list(NATIVE) + ["torch_scatter"]:
+        ref_alts = C.alternatives(op, op_src.double(), indptr, index, n_seg, rows)
+        for name in list(C.NATIVE) + ["torch_scatter"]:
             if name in ref_alts:
                 try:
                     ok = check_against(op, out, ref_alts[name](), dtype)
@@ -226,7 +182,7 @@ def table(results, markdown=False):
     for r in results:
         gbps = r["nbytes"] / r["segops"] / 1e9
         copy_gbps = r["copy_bytes"] / r["copy"] / 1e9
-        native = [(t, n) for n, t in r["alts"].items() if n in NATIVE and t]
+        native = [(t, n) for n, t in r["alts"].items() if n in C.NATIVE and t]
         best = min(native) if native else None
         body.append([
             r["dist"], str(r["feat"]), r["dtype"], r["op"], f"{r['segments']} ({r['max_len']})", _fmt_t(r["segops"]),

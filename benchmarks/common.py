@@ -1,4 +1,4 @@
-"""Shared benchmark helpers (CPU now, reused by the GPU benchmark): inputs, timing, bandwidth, tables.
+"""Shared benchmark helpers of bench_cpu.py and bench_cuda.py: inputs, alternatives, timing, bandwidth, tables.
 
 Bytes counted for an op = bytes of src + bytes of the output + bytes of indptr (what an ideal
 single-pass kernel must move). GB/s = bytes / median time (1 GB = 1e9 bytes).
@@ -55,6 +55,61 @@ def index_from_indptr(indptr: torch.Tensor) -> torch.Tensor:
     """Segment id of every row in [indptr[0], indptr[-1])."""
     lengths = indptr[1:] - indptr[:-1]
     return torch.repeat_interleave(torch.arange(lengths.numel(), device=indptr.device), lengths)
+
+
+# Alternatives that count as torch-native (the speedup column compares with the fastest of them).
+NATIVE = ("torch.segment_reduce", "scatter_reduce_", "index_add_", "index ops", "index_select", "repeat_interleave")
+
+
+def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.Tensor, n_seg: int,
+                 n_rows: int) -> dict:
+    """name -> zero-argument callable computing op ("sum", "mean", "max", "logsumexp", "softmax", "gather")
+    over dim 0 another way: torch-native ops (names in NATIVE) and torch_scatter when installed. index is the
+    row -> segment index (index_from_indptr, precomputed: not part of the timing); n_rows is gather's
+    output row count (passed, so that no alternative reads it from the device)."""
+    feat = src.shape[1:]
+    # scatter_reduce_ needs the index in src's shape: a stride-0 expanded view, no copy
+    idx_x = index.view(-1, *[1] * len(feat)).expand(index.numel(), *feat) if feat else index
+    zeros = lambda: torch.zeros((n_seg, *feat), dtype=src.dtype, device=src.device)  # noqa: E731
+    lengths = indptr[1:] - indptr[:-1]
+    alts = {}
+    if op in ("sum", "mean", "max"):
+        alts["torch.segment_reduce"] = lambda: torch.segment_reduce(src, op, offsets=indptr, axis=0, unsafe=True)
+    if op == "sum":
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "sum", include_self=False)
+        alts["index_add_"] = lambda: zeros().index_add_(0, index, src)
+    elif op == "mean":
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "mean", include_self=False)
+        counts = lengths.clamp(min=1).to(src.dtype).view(-1, *[1] * len(feat))
+        alts["index_add_"] = lambda: zeros().index_add_(0, index, src).div_(counts)
+    elif op == "max":
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
+    elif op == "logsumexp":
+        def lse():
+            m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
+            s = zeros().index_add_(0, index, (src - m.index_select(0, index)).exp())
+            return m + s.log()
+        alts["index ops"] = lse
+    elif op == "softmax":
+        def softmax():  # the usual scatter-based segment softmax: 4 passes + 2 gathers
+            m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
+            e = (src - m.index_select(0, index)).exp_()
+            s = zeros().index_add_(0, index, e)
+            return e.div_(s.index_select(0, index))
+        alts["index ops"] = softmax
+    elif op == "gather":
+        alts["index_select"] = lambda: src.index_select(0, index)
+        alts["repeat_interleave"] = lambda: src.repeat_interleave(lengths, dim=0, output_size=n_rows)
+    if torch_scatter is not None:
+        ts = torch_scatter
+        if op in ("sum", "mean", "max"):
+            alts["torch_scatter"] = lambda: ts.segment_csr(src, indptr, reduce=op)
+        elif op == "gather":
+            alts["torch_scatter"] = lambda: ts.gather_csr(src, indptr)
+        elif op == "softmax":
+            from torch_scatter.composite import scatter_softmax
+            alts["torch_scatter"] = lambda: scatter_softmax(src, index, dim=0)
+    return alts
 
 
 def nbytes(*tensors: torch.Tensor) -> int:

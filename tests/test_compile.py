@@ -104,20 +104,7 @@ def _case(batch=False, n=40, f=3, dtype=torch.float32, seed=0):
     return src, indptr
 
 
-PUBLIC = {
-    "segment_csr_sum": lambda s, i: so.segment_csr(s, i, reduce="sum"),
-    "segment_csr_add": lambda s, i: so.segment_csr(s, i, reduce="add"),
-    "segment_csr_mean": lambda s, i: so.segment_csr(s, i, reduce="mean"),
-    "segment_csr_min": lambda s, i: so.segment_csr(s, i, reduce="min"),
-    "segment_csr_max": lambda s, i: so.segment_csr(s, i, reduce="max"),
-    "segment_sum_csr": so.segment_sum_csr,
-    "segment_add_csr": so.segment_add_csr,
-    "segment_mean_csr": so.segment_mean_csr,
-    "segment_min_csr": so.segment_min_csr,
-    "segment_max_csr": so.segment_max_csr,
-    "segment_logsumexp_csr": so.segment_logsumexp_csr,
-    "segment_softmax_csr": so.segment_softmax_csr,
-}
+PUBLIC = R.public_reducers()
 
 
 def _flat(result):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import reference as R
 import torch_segops as so
 
 ERRORS = (TypeError, ValueError, RuntimeError)
@@ -16,17 +17,7 @@ _ops = torch.ops.torch_segops
 
 # Every reduction-style entry point: (name, fn(src, indptr)), all reducing along dim indptr.dim() - 1.
 REDUCERS = {
-    "segment_csr_sum": lambda s, i: so.segment_csr(s, i, reduce="sum"),
-    "segment_csr_mean": lambda s, i: so.segment_csr(s, i, reduce="mean"),
-    "segment_csr_min": lambda s, i: so.segment_csr(s, i, reduce="min"),
-    "segment_csr_max": lambda s, i: so.segment_csr(s, i, reduce="max"),
-    "segment_sum_csr": so.segment_sum_csr,
-    "segment_add_csr": so.segment_add_csr,
-    "segment_mean_csr": so.segment_mean_csr,
-    "segment_min_csr": so.segment_min_csr,
-    "segment_max_csr": so.segment_max_csr,
-    "segment_logsumexp_csr": so.segment_logsumexp_csr,
-    "segment_softmax_csr": so.segment_softmax_csr,
+    **R.public_reducers(),
     "op_segment_reduce_sum": lambda s, i: _ops.segment_reduce(s, i, "sum"),
     "op_segment_reduce_max": lambda s, i: _ops.segment_reduce(s, i, "max"),
     "op_segment_reduce_logsumexp": lambda s, i: _ops.segment_reduce(s, i, "logsumexp"),
