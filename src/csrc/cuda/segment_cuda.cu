@@ -35,6 +35,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "csr_args.h"
+#include "cuda/error_messages.h"
 #include "cuda/segment_kernels.cuh"
 #include "reducers.h"
 
@@ -63,37 +64,35 @@ namespace {
 
 // ---- CUDA errors -----------------------------------------------------------------------------------
 
-std::string device_description(int dev) {
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+GpuInfo gpu_info(int dev) {
+  GpuInfo g;
+  g.index = dev;
+  cudaDeviceGetAttribute(&g.major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&g.minor, cudaDevAttrComputeCapabilityMinor, dev);
   cudaDeviceProp prop{};
-  std::string name = cudaGetDeviceProperties(&prop, dev) == cudaSuccess ? prop.name : "unknown GPU";
-  std::ostringstream os;
-  os << "cuda:" << dev << " (" << name << ", compute capability " << major << "." << minor << ", sm_" << major
-     << minor << ")";
-  return os.str();
+  if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) g.name = prop.name;
+  return g;
+}
+
+// Errors that mean "this library has no code the GPU can run" (library built without its architecture,
+// or PTX the driver cannot compile): reported with the fix (error_messages.h).
+bool ptx_too_new(cudaError_t e) { return e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx; }
+bool no_usable_code(cudaError_t e) {
+  return e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction || ptx_too_new(e);
 }
 
 [[noreturn]] void throw_cuda(cudaError_t e, const char* op, const char* what) {
-  std::ostringstream os;
-  os << "torch_segops." << op << ": ";
+  cudaGetLastError();  // clear a non-sticky error so that later, unrelated CUDA calls do not see it
   int dev = -1;
   cudaGetDevice(&dev);
-  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction ||
-      e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx) {
-    os << "this torch_segops build has no usable CUDA kernel for " << device_description(dev)
-       << " (" << cudaGetErrorName(e) << " in " << what << "). The library holds code for the CUDA architectures "
-       << TORCH_SEGOPS_CUDA_ARCHS << " (built with CUDA " << TORCH_SEGOPS_CUDA_VERSION << ")";
-    if (e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx) {
-      os << "; the driver cannot JIT-compile its PTX (driver older than that CUDA)";
-    }
-    os << ". Install a torch_segops build that covers this GPU, or rebuild from source with "
-          "CUDAARCHS=\"<arch>-real\". Run `python -m torch_segops.doctor` for the exact fix.";
-  } else {
-    os << "CUDA error in " << what << " on cuda:" << dev << ": " << cudaGetErrorName(e) << " ("
-       << cudaGetErrorString(e) << ")";
+  if (no_usable_code(e)) {
+    throw std::runtime_error(no_kernel_image_message(op, what, cudaGetErrorName(e), gpu_info(dev),
+                                                     TORCH_SEGOPS_CUDA_ARCHS, TORCH_SEGOPS_CUDA_VERSION,
+                                                     ptx_too_new(e)));
   }
+  std::ostringstream os;
+  os << "torch_segops." << op << ": CUDA error in " << what << " on cuda:" << dev << ": " << cudaGetErrorName(e)
+     << " (" << cudaGetErrorString(e) << ")";
   throw std::runtime_error(os.str());
 }
 
@@ -102,36 +101,6 @@ inline void check_cuda(cudaError_t e, const char* op, const char* what) {
 }
 
 // ---- indptr error reporting --------------------------------------------------------------------------
-
-struct OpNames {
-  const char* name;
-  const char* limit_what;
-};
-constexpr OpNames kOpNames[] = {
-    {"segment_csr", "src.size(dim)"},
-    {"gather_csr", "size"},
-    {"segment_softmax_csr", "src.size(dim)"},
-    {"segment_softmax_csr (backward)", "out.size(dim)"},
-};
-
-// The CPU backend's message for the invalid offset at flat position pos (segment_cpu.cpp validate_indptr).
-std::string indptr_error_message(int32_t op, int64_t pos, int64_t len, int64_t rows, int64_t value, int64_t prev,
-                                 int64_t limit) {
-  const OpNames& o = kOpNames[op >= 0 && op < 4 ? op : 0];
-  const int64_t row = pos / len, k = pos % len;
-  const std::string at = rows > 1 ? "indptr[row " + std::to_string(row) + "][" : "indptr[";
-  std::ostringstream os;
-  os << "torch_segops." << o.name << ": ";
-  if (k == 0) {
-    os << "indptr must start at a non-negative offset, got " << at << "0] = " << value;
-  } else if (value < prev) {
-    os << "indptr must be non-decreasing, got " << at << k << "] = " << value << " < " << at << k - 1
-       << "] = " << prev;
-  } else {
-    os << "indptr[..., -1] must be <= " << o.limit_what << " = " << limit << ", got " << at << k << "] = " << value;
-  }
-  return os.str();
-}
 
 std::atomic<ErrorRecord*> g_host_record{nullptr};
 
@@ -166,6 +135,11 @@ DeviceErrorPtrs device_error_ptrs(int dev, const char* op) {
   auto it = cache.find(dev);
   if (it != cache.end()) return it->second;
   DeviceErrorPtrs d;
+  // First use on this device: load a kernel of this library explicitly, so that a library built without
+  // the GPU's architecture fails here with cudaErrorNoKernelImageForDevice (the message names the fix),
+  // whatever CUDA's lazy loading and the symbol lookup below would report.
+  cudaFuncAttributes attr{};
+  check_cuda(cudaFuncGetAttributes(&attr, run_kernel<ValidateKernel>), op, "loading the CUDA kernels");
   check_cuda(cudaGetSymbolAddress(reinterpret_cast<void**>(&d.word), g_error_word), op, "loading the CUDA module");
   ErrorRecord* host = host_record(op);
   check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d.rec), host, 0), op,
@@ -184,7 +158,7 @@ bool take_error(std::string& message) {
   __atomic_store_n(&r->code, 0, __ATOMIC_RELEASE);
   std::ostringstream os;
   os << indptr_error_message(op, pos, len, rows, value, prev, limit) << " (found on cuda:" << device
-     << " by the GPU in an earlier call of " << kOpNames[op >= 0 && op < 4 ? op : 0].name
+     << " by the GPU in an earlier call of " << op_names(op).name
      << ", whose output is unspecified; CUDA ops check indptr asynchronously and report at the next "
         "torch_segops CUDA call or at torch_segops.check_errors(); set TORCH_SEGOPS_CUDA_SYNC_CHECKS=1 to "
         "report in the faulty call)";
@@ -225,16 +199,7 @@ class CudaCall {
     tag_ = g_call_counter.fetch_add(1) & ((1u << kTagBits) - 1);
   }
 
-  ErrorContext errors(int64_t limit) const {
-    ErrorContext ec;
-    ec.err = ptrs_.word;
-    ec.rec = ptrs_.rec;
-    ec.tag = tag_;
-    ec.op = id_;
-    ec.device = device_;
-    ec.limit = limit;
-    return ec;
-  }
+  ErrorContext errors(int64_t limit) const { return ErrorContext{{ptrs_.word, ptrs_.rec, tag_, id_, device_, limit}}; }
 
   // Device memory from torch's caching allocator, alive until this call returns (stream-ordered).
   void* workspace(size_t bytes) {
@@ -257,10 +222,7 @@ class CudaCall {
     Tensor ws = torch::stable::new_empty(indptr, {2}, ScalarType::Long);
     torch::stable::fill_(ws, -1.0);  // both words start at ~0
     u64* w = static_cast<u64*>(ws.mutable_data_ptr());
-    ErrorContext ec = errors(-1);
-    ec.err = w;
-    ec.tag = 0;
-    launch_validate(*this, g, ec, w + 1, Tuning());
+    launch_validate(*this, g, errors(-1).with_word(w), w + 1, Tuning());
     const Tensor host = torch::stable::to(ws, torch::stable::Device(torch::headeronly::DeviceType::CPU));
     const u64* hv = static_cast<const u64*>(host.const_data_ptr());
     if (hv[0] != kNoError) {
@@ -430,23 +392,42 @@ Tensor gather_csr_cuda(Tensor src, Tensor indptr, int64_t size) {
   return out;
 }
 
+// Runs f(tag) for the floating-point dtypes (dispatch_dtype rejects the others with the CPU's message;
+// the integer instantiations are never called and not compiled).
+template <typename F>
+void dispatch_floating(ScalarType st, const char* op, const char* what, const F& f) {
+  dispatch_dtype(st, false, op, what, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<acc_t<T>>) f(tag);
+  });
+}
+
+// Softmax and its backward: per-segment statistics (Op over `load`'s rows, in acc_t<T>, [B, S, F]),
+// then every row of a new tensor like `like` from its segment's statistic (make_fn(stats) -> an expansion
+// functor). in_aligned: load's pointers are 16-byte aligned (and so are make_fn's row inputs).
+template <class Op, typename T, class Load, class MakeFn>
+Tensor reduce_then_expand(CudaCall& call, const CsrArgs& a, const Tensor& like, const char* op, const Load& load,
+                          bool in_aligned, const MakeFn& make_fn) {
+  using A = acc_t<T>;
+  const Geometry g = make_geometry(a, like, op);
+  Tensor stats = torch::stable::new_empty(like, {a.B * a.S * a.F}, scalar_type_of<A>());
+  run_reduce<Op>(call, g, load, mptr<A>(stats), nullptr, call.errors(a.N), in_aligned);
+  Tensor result = torch::stable::new_empty(like, like.sizes());
+  T* o = mptr<T>(result);
+  run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(cptr<A>(stats)), o, Publish{}, in_aligned && aligned16(o));
+  return result;
+}
+
 Tensor segment_softmax_cuda(Tensor src, Tensor indptr) {
   const char* op = "segment_softmax_csr";
   CsrArgs a = make_csr_args(src, indptr, op);
   CudaCall call(a.src, op, kOpSoftmax);
-  Tensor out = torch::stable::new_empty(src, src.sizes());
-  dispatch_dtype(src.scalar_type(), false, op, "src", [&](auto tag) {
+  Tensor out;
+  dispatch_floating(src.scalar_type(), op, "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    if constexpr (std::is_floating_point_v<A>) {  // integer dtypes were rejected by dispatch_dtype
-    const Geometry g = make_geometry(a, src, op);
     const T* x = cptr<T>(a.src);
-    Tensor lse = torch::stable::new_empty(src, {a.B * a.S * a.F}, scalar_type_of<A>());
-    run_reduce<LogSumExpOp<A>>(call, g, SrcLoad<T>{x}, mptr<A>(lse), nullptr, call.errors(a.N), aligned16(x));
-    T* o = mptr<T>(out);
-    run_expand<SrcLoad<T>::kVec>(call, g, a.N, SoftmaxFn<T>{x, cptr<A>(lse)}, o, Publish{},
-                                 aligned16(x) && aligned16(o));
-    }
+    out = reduce_then_expand<LogSumExpOp<acc_t<T>>, T>(call, a, src, op, SrcLoad<T>{x}, aligned16(x),
+                                                       [&](const acc_t<T>* lse) { return SoftmaxFn<T>{x, lse}; });
   });
   call.finish();
   return out;
@@ -461,21 +442,14 @@ Tensor segment_softmax_backward_cuda(Tensor grad, Tensor out, Tensor indptr) {
                "grad and out must be on the same device");
   const Tensor gc = torch::stable::contiguous(grad);
   CudaCall call(a.src, op, kOpSoftmaxBackward);
-  Tensor grad_in = torch::stable::new_empty(out, out.sizes());
-  dispatch_dtype(out.scalar_type(), false, op, "out", [&](auto tag) {
+  Tensor grad_in;
+  dispatch_floating(out.scalar_type(), op, "out", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    if constexpr (std::is_floating_point_v<A>) {  // integer dtypes were rejected by dispatch_dtype
-    const Geometry g = make_geometry(a, out, op);
     const T* y = cptr<T>(a.src);
     const T* gp = cptr<T>(gc);
-    Tensor dot = torch::stable::new_empty(out, {a.B * a.S * a.F}, scalar_type_of<A>());
-    run_reduce<SumOp<A>>(call, g, ProdLoad<T>{gp, y}, mptr<A>(dot), nullptr, call.errors(a.N),
-                         aligned16(gp) && aligned16(y));
-    T* o = mptr<T>(grad_in);
-    run_expand<SrcLoad<T>::kVec>(call, g, a.N, SoftmaxBackwardFn<T>{y, gp, cptr<A>(dot)}, o, Publish{},
-                                 aligned16(y) && aligned16(gp) && aligned16(o));
-    }
+    grad_in = reduce_then_expand<SumOp<acc_t<T>>, T>(
+        call, a, out, op, ProdLoad<T>{gp, y}, aligned16(gp) && aligned16(y),
+        [&](const acc_t<T>* dot) { return SoftmaxBackwardFn<T>{y, gp, dot}; });
   });
   call.finish();
   return grad_in;

@@ -182,34 +182,41 @@ struct Validate {
   }
 };
 
+// Where one op call records an invalid indptr: the error word (nullptr: no checks) and its tag in it,
+// the host record, and what the record says about the call.
+struct ErrorSlot {
+  u64* err = nullptr;
+  ErrorRecord* rec = nullptr;
+  uint32_t tag = 0;
+  int32_t op = 0, device = 0;
+  int64_t limit = -1;  // bound of the last offset, -1: none
+};
+
 // Copies this call's error (if the error word holds one with our tag) into the host record, then
 // empties the word. Run by one thread of a kernel that follows the validating one.
 struct Publish {
-  u64* err = nullptr;
-  uint32_t tag = 0;
+  ErrorSlot to;
   const int64_t* p = nullptr;
-  int64_t len = 1, rows = 0, limit = -1;
-  int32_t op = 0, device = 0;
-  ErrorRecord* rec = nullptr;
+  int64_t len = 1, rows = 0;
   SEGOPS_HD void run() const {
-    if (err == nullptr || rec == nullptr) return;
-    const u64 v = *static_cast<volatile u64*>(err);
-    if (v == kNoError || (v & ((1u << kTagBits) - 1)) != tag) return;
+    if (to.err == nullptr || to.rec == nullptr) return;
+    const u64 v = *static_cast<volatile u64*>(to.err);
+    if (v == kNoError || (v & ((1u << kTagBits) - 1)) != to.tag) return;
     const int64_t pos = static_cast<int64_t>(v >> kTagBits);
-    volatile ErrorRecord* r = rec;
+    volatile ErrorRecord* r = to.rec;
     if (r->code == 0) {  // keep an earlier, not yet reported error
-      r->op = op;
-      r->device = device;
+      r->op = to.op;
+      r->device = to.device;
       r->pos = pos;
       r->len = len;
       r->rows = rows;
       r->value = p[pos];
       r->prev = pos % len != 0 ? p[pos - 1] : 0;
-      r->limit = limit;
+      r->limit = to.limit;
       fence_system();
       r->code = 1;
     }
-    atomic_cas_u64(err, v, kNoError);
+    atomic_cas_u64(to.err, v, kNoError);
   }
 };
 
@@ -332,16 +339,24 @@ SEGOPS_UNROLL
   }
 }
 
+// The segments of every batch and their merge-path chunking, shared by the reduction and expansion kernels:
+// indptr rows through bmap, S segments of F features, W (segment ends, rows) items per chunk, cpb chunks
+// per batch.
+struct ChunkGrid {
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t S, F;
+  int64_t W, cpb;
+};
+
 // Pass 1. Thread tid = ((chunk * tiles) + tile) * G + lane. kFlat: F == 1, G = tiles = 1, V = 1, rows
 // read VR at a time.
 template <class Op, class Load, class OutT, int V, bool kFlat, int VR = 1>
-struct ReduceMain {
+struct ReduceMain : ChunkGrid {
   using State = typename Op::State;
   Load load;
-  const int64_t* indptr;
-  BatchMap bmap;
-  int64_t N, S, F;
-  int64_t W, cpb, G, tiles, ft;  // items per chunk, chunks per batch, lanes, tiles, features per tile
+  int64_t N;
+  int64_t G, tiles, ft;  // lanes, tiles, features per tile
   OutT* out;
   int64_t* arg;
   State* carry;    // [C, F]
@@ -439,7 +454,7 @@ template <class Op> struct LevelCarry {
 // Pass 3. Thread (chunk c, feature f): if a crossing segment ends in chunk c, merge its carries right
 // to left (at most K per level, climbing a level at each group start) and write the result. Thread 0
 // also publishes this call's indptr error.
-template <class Op, class OutT> struct Fixup {
+template <class Op, class OutT> struct Fixup : ChunkGrid {
   using State = typename Op::State;
   const State* carry[kMaxLevels];
   const int64_t* key[kMaxLevels];
@@ -447,9 +462,7 @@ template <class Op, class OutT> struct Fixup {
   int64_t K;
   const State* head;
   const int64_t* hkey;
-  int64_t C, N, S, F;
-  const int64_t* indptr;
-  BatchMap bmap;
+  int64_t C, N;
   OutT* out;
   int64_t* arg;
   Publish pub;
@@ -554,14 +567,12 @@ SEGOPS_UNROLL
 
 // Thread tid = chunk * 32 + lane. Chunk ci of batch b writes the output rows of merge-path items
 // [ci * W, (ci + 1) * W) and zero-fills the rows of [ci * Wz, (ci + 1) * Wz) outside [indptr[0], indptr[S]).
-template <class Fn, int V> struct Expand {
+template <class Fn, int V> struct Expand : ChunkGrid {
   using OutT = typename Fn::OutT;
   static constexpr int kLanes = 32;
   Fn fn;
-  const int64_t* indptr;
-  BatchMap bmap;
-  int64_t R, S, F;         // output rows per batch, segments, features
-  int64_t W, cpb, Wz, C;   // items per chunk, chunks per batch, zero rows per chunk, chunks
+  int64_t R;               // output rows per batch
+  int64_t Wz, C;           // zero rows per chunk, chunks
   int64_t nfv;             // feature vectors per row (F / V)
   OutT* out;
   Publish pub;
@@ -699,12 +710,15 @@ struct Geometry {
   BatchMap bmap;
 };
 
-struct ErrorContext {
-  u64* err = nullptr;  // per-device error word (nullptr: no checks)
-  ErrorRecord* rec = nullptr;
-  uint32_t tag = 0;
-  int32_t op = 0, device = 0;
-  int64_t limit = -1;
+// An op call's ErrorSlot (err: the per-device error word) and the kernel parts that use it.
+struct ErrorContext : ErrorSlot {
+  // The same call validating into a private word of its own (tag 0), read back by the host right away.
+  ErrorContext with_word(u64* word) const {
+    ErrorContext ec = *this;
+    ec.err = word;
+    ec.tag = 0;
+    return ec;
+  }
   Validate validate(const Geometry& g, int64_t threads) const {
     Validate v;
     v.p = g.indptr;
@@ -716,20 +730,18 @@ struct ErrorContext {
     v.per_thread = threads > 0 ? ceil_div(v.total, threads) : 0;
     return v;
   }
-  Publish publish(const Geometry& g) const {
-    Publish p;
-    p.err = err;
-    p.tag = tag;
-    p.p = g.indptr;
-    p.len = g.S + 1;
-    p.rows = g.indptr_rows;
-    p.limit = limit;
-    p.op = op;
-    p.device = device;
-    p.rec = rec;
-    return p;
-  }
+  Publish publish(const Geometry& g) const { return Publish{*this, g.indptr, g.S + 1, g.indptr_rows}; }
 };
+
+inline ChunkGrid chunk_grid(const Geometry& g, int64_t W, int64_t cpb) {
+  return ChunkGrid{g.indptr, g.bmap, g.S, g.F, W, cpb};
+}
+
+// Value-initialises a kernel functor of type K and hands it to setup (which fills it in and launches it).
+template <class K, class Setup> void with_kernel(const Setup& setup) {
+  K k{};
+  setup(k);
+}
 
 struct Carver {
   char* base = nullptr;
@@ -762,14 +774,11 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   using State = typename Op::State;
   const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, t);
   Fixup<Op, OutT> fx{};
+  static_cast<ChunkGrid&>(fx) = chunk_grid(g, pl.W, pl.cpb);
   fx.L = pl.L;
   fx.K = t.level_k;
   fx.C = pl.C;
   fx.N = g.N;
-  fx.S = g.S;
-  fx.F = g.F;
-  fx.indptr = g.indptr;
-  fx.bmap = g.bmap;
   fx.out = out;
   fx.arg = arg;
   fx.pub = ec.publish(g);
@@ -794,14 +803,9 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     }
   }
   auto fill_main = [&](auto& k) {
+    static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
     k.load = load;
-    k.indptr = g.indptr;
-    k.bmap = g.bmap;
     k.N = g.N;
-    k.S = g.S;
-    k.F = g.F;
-    k.W = pl.W;
-    k.cpb = pl.cpb;
     k.G = pl.G;
     k.tiles = pl.tiles;
     k.ft = pl.ft;
@@ -817,14 +821,11 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     ex.launch(k, pl.main_threads);
   };
   if (pl.flat) {
-    ReduceMain<Op, Load, OutT, 1, true, Load::kVec> k{};
-    fill_main(k);
+    with_kernel<ReduceMain<Op, Load, OutT, 1, true, Load::kVec>>(fill_main);
   } else if (pl.V > 1) {
-    ReduceMain<Op, Load, OutT, Load::kVec, false> k{};
-    fill_main(k);
+    with_kernel<ReduceMain<Op, Load, OutT, Load::kVec, false>>(fill_main);
   } else {
-    ReduceMain<Op, Load, OutT, 1, false> k{};
-    fill_main(k);
+    with_kernel<ReduceMain<Op, Load, OutT, 1, false>>(fill_main);
   }
   for (int l = 1; l < pl.L; ++l) {
     LevelCarry<Op> lc{carry[l - 1], key[l - 1], pl.n[l - 1], carry[l], key[l], pl.n[l], g.F, t.level_k};
@@ -846,27 +847,20 @@ void run_expand(Exec& ex, const Geometry& g, int64_t R, const Fn& fn, typename F
                 bool vec_ok, const Tuning& t = Tuning()) {
   const ExpandPlan pl = plan_expand(g.B, R, g.S, g.F, kVec, vec_ok, t);
   auto go = [&](auto& k) {
+    static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
     k.fn = fn;
-    k.indptr = g.indptr;
-    k.bmap = g.bmap;
     k.R = R;
-    k.S = g.S;
-    k.F = g.F;
-    k.W = pl.W;
-    k.cpb = pl.cpb;
     k.Wz = pl.Wz;
     k.C = pl.C;
     k.nfv = pl.nfv;
     k.out = out;
     k.pub = pub;
-    ex.launch(k, imax(pl.threads, pub.err != nullptr ? 1 : 0));
+    ex.launch(k, imax(pl.threads, pub.to.err != nullptr ? 1 : 0));
   };
   if (pl.V > 1) {
-    Expand<Fn, kVec> k{};
-    go(k);
+    with_kernel<Expand<Fn, kVec>>(go);
   } else {
-    Expand<Fn, 1> k{};
-    go(k);
+    with_kernel<Expand<Fn, 1>>(go);
   }
 }
 

@@ -8,7 +8,9 @@
 //     integer-valued data, within tolerance for logsumexp/softmax);
 //   - results are bitwise identical whatever order the threads run in (kernel threads are independent);
 //   - invalid indptr never reads or writes out of bounds (built with -fsanitize=address,undefined,
-//     including alignment of the vector loads) and is reported with the CPU's first bad position.
+//     including alignment of the vector loads) and is reported with the CPU's first bad position;
+//   - the error messages (error_messages.h): the CPU's indptr messages, and "no kernel image" naming the
+//     GPU's compute capability, the library's architectures and the fix.
 // Build and run: tests/test_cuda_build.py (g++ -std=c++17 -fsanitize=address,undefined ...).
 #include <algorithm>
 #include <cmath>
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/error_messages.h"
 #include "cuda/segment_kernels.cuh"
 
 using namespace torch_segops;
@@ -281,16 +284,7 @@ template <typename X> bool bitwise_equal(const Buf<X>& a, const Buf<X>& b, size_
 struct HostErrors {
   u64 word = kNoError;
   ErrorRecord rec{};
-  ErrorContext ctx(int32_t op, int64_t limit, uint32_t tag = 7) {
-    ErrorContext ec;
-    ec.err = &word;
-    ec.rec = &rec;
-    ec.tag = tag;
-    ec.op = op;
-    ec.device = 0;
-    ec.limit = limit;
-    return ec;
-  }
+  ErrorContext ctx(int32_t op, int64_t limit, uint32_t tag = 7) { return ErrorContext{{&word, &rec, tag, op, 0, limit}}; }
 };
 
 // CPU semantics (segment_cpu.cpp validate_indptr): first bad flat position, or -1.
@@ -417,28 +411,19 @@ void run_gather_case(const Problem& pb, const Tuning& tune, bool misalign, bool 
   const Geometry g = pb.geometry(ip.p);  // N is unused by gather's kernels
 
   // size -1: the validation kernel's max of the last offsets (and its own error slot)
-  if (!invalid) {
+  {
     HostExec ex;
     u64 slots[2] = {kNoError, kNoError};
     HostErrors he;
-    ErrorContext ec = he.ctx(kOpGatherCsr, -1);
-    ec.err = slots;
-    ec.tag = 0;
-    launch_validate(ex, g, ec, slots + 1, tune);
-    EXPECT(slots[0] == kNoError, "gather -1: valid indptr flagged");
-    EXPECT(static_cast<int64_t>(~slots[1]) == max_last, "gather -1: max %lld, expected %lld",
-           (long long)~slots[1], (long long)max_last);
-  } else {
-    HostExec ex;
-    u64 slots[2] = {kNoError, kNoError};
-    HostErrors he;
-    ErrorContext ec = he.ctx(kOpGatherCsr, -1);
-    ec.err = slots;
-    ec.tag = 0;
-    launch_validate(ex, g, ec, slots + 1, tune);
+    launch_validate(ex, g, he.ctx(kOpGatherCsr, -1).with_word(slots), slots + 1, tune);
     const int64_t bad = first_bad(pb, -1);
+    EXPECT(invalid || bad < 0, "gather -1: the valid test problem has a bad offset at %lld", (long long)bad);
     EXPECT(bad < 0 ? slots[0] == kNoError : static_cast<int64_t>(slots[0] >> kTagBits) == bad,
-           "gather -1: first bad %lld", (long long)bad);
+           "gather -1: first bad %lld, word %llx", (long long)bad, slots[0]);
+    if (!invalid) {
+      EXPECT(static_cast<int64_t>(~slots[1]) == max_last, "gather -1: max %lld, expected %lld",
+             (long long)~slots[1], (long long)max_last);
+    }
   }
 
   // an invalid indptr may hold any value: use a fixed output size then
@@ -582,6 +567,56 @@ Problem gather_problem(std::mt19937_64& rng, std::vector<int64_t> lead, std::vec
   return pb;
 }
 
+// ---- error messages ------------------------------------------------------------------------------------
+
+bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+void check_messages() {
+  g_ctx = "indptr messages";
+  // the CPU backend's exact texts (tests/test_errors.py checks the CPU side)
+  EXPECT(indptr_error_message(kOpSegmentCsr, 2, 4, 1, 2, 4, 10) ==
+             "torch_segops.segment_csr: indptr must be non-decreasing, got indptr[2] = 2 < indptr[1] = 4",
+         "non-decreasing: %s", indptr_error_message(kOpSegmentCsr, 2, 4, 1, 2, 4, 10).c_str());
+  EXPECT(indptr_error_message(kOpGatherCsr, 4, 4, 2, -1, 0, 6) ==
+             "torch_segops.gather_csr: indptr must start at a non-negative offset, got indptr[row 1][0] = -1",
+         "start: %s", indptr_error_message(kOpGatherCsr, 4, 4, 2, -1, 0, 6).c_str());
+  EXPECT(indptr_error_message(kOpSoftmaxBackward, 3, 4, 1, 9, 2, 6) ==
+             "torch_segops.segment_softmax_csr (backward): indptr[..., -1] must be <= out.size(dim) = 6, got "
+             "indptr[3] = 9",
+         "limit: %s", indptr_error_message(kOpSoftmaxBackward, 3, 4, 1, 9, 2, 6).c_str());
+
+  g_ctx = "no kernel image message";
+  GpuInfo gpu;
+  gpu.index = 1;
+  gpu.name = "NVIDIA A10";
+  gpu.major = 8;
+  gpu.minor = 6;
+  const std::string m = no_kernel_image_message("segment_csr", "a kernel launch", "cudaErrorNoKernelImageForDevice",
+                                                gpu, "75-real;90-real", "13.0", false);
+  const char* parts[] = {"torch_segops.segment_csr: ",
+                         "cuda:1 (NVIDIA A10, compute capability 8.6, sm_86)",
+                         "cudaErrorNoKernelImageForDevice in a kernel launch",
+                         "architectures 75-real;90-real (built with CUDA 13.0",
+                         "build_info()['cuda_archs']",
+                         "none of which runs on sm_86",
+                         "install a torch_segops CUDA build whose cuda_archs cover sm_86",
+                         "CUDAARCHS=\"86-real\" TORCH_SEGOPS_WITH_CUDA=ON pip install --no-build-isolation .",
+                         "python -m torch_segops.doctor"};
+  for (const char* part : parts) EXPECT(has(m, part), "missing \"%s\" in: %s", part, m.c_str());
+  EXPECT(!has(m, "driver"), "a missing architecture is not a driver problem: %s", m.c_str());
+
+  gpu.major = 12;
+  gpu.minor = 0;
+  gpu.name.clear();
+  const std::string ptx = no_kernel_image_message("gather_csr", "loading the CUDA kernels",
+                                                  "cudaErrorUnsupportedPtxVersion", gpu, "75-real;120-virtual",
+                                                  "13.0", true);
+  const char* ptx_parts[] = {"torch_segops.gather_csr: ", "(unknown GPU, compute capability 12.0, sm_120)",
+                             "architectures 75-real;120-virtual", "driver is too old to JIT-compile its PTX",
+                             "update the NVIDIA driver", "CUDAARCHS=\"120-real\""};
+  for (const char* part : ptx_parts) EXPECT(has(ptx, part), "missing \"%s\" in: %s", part, ptx.c_str());
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::mt19937_64 rng(2024);
@@ -699,20 +734,16 @@ int main(int argc, char** argv) {
     u64 word = (static_cast<u64>(5) << kTagBits) | 9;
     ErrorRecord rec{};
     int64_t p[] = {0, 1, 2, 3, 4, 5, 6};
-    Publish pub;
-    pub.err = &word;
-    pub.tag = 8;
-    pub.p = p;
-    pub.len = 7;
-    pub.rows = 1;
-    pub.rec = &rec;
+    Publish pub{ErrorSlot{&word, &rec, 8}, p, 7, 1};
     g_ctx = "publish tag";
     pub.run();
     EXPECT(rec.code == 0 && word == ((static_cast<u64>(5) << kTagBits) | 9), "foreign tag was published");
-    pub.tag = 9;
+    pub.to.tag = 9;
     pub.run();
     EXPECT(rec.code == 1 && rec.pos == 5 && rec.value == 5 && rec.prev == 4 && word == kNoError, "own tag not published");
   }
+
+  check_messages();
 
   std::printf("%ld passed, %ld failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;

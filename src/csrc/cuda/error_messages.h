@@ -1,0 +1,84 @@
+// Messages of the CUDA backend's errors, as plain host functions of plain values (no CUDA, no torch), so
+// that the host emulation test (testing/emulate_kernels.cpp) checks them without a GPU; segment_cuda.cu
+// gathers the values (device properties, the error record) and throws.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+namespace torch_segops {
+namespace cuda {
+
+struct OpNames {
+  const char* name;
+  const char* limit_what;
+};
+// Indexed by OpId (segment_kernels.cuh).
+constexpr OpNames kOpNames[] = {
+    {"segment_csr", "src.size(dim)"},
+    {"gather_csr", "size"},
+    {"segment_softmax_csr", "src.size(dim)"},
+    {"segment_softmax_csr (backward)", "out.size(dim)"},
+};
+inline const OpNames& op_names(int32_t op) { return kOpNames[op >= 0 && op < 4 ? op : 0]; }
+
+// The CPU backend's message for the invalid offset at flat position pos of a [rows, len] indptr
+// (segment_cpu.cpp validate_indptr).
+inline std::string indptr_error_message(int32_t op, int64_t pos, int64_t len, int64_t rows, int64_t value,
+                                        int64_t prev, int64_t limit) {
+  const OpNames& o = op_names(op);
+  const int64_t row = pos / len, k = pos % len;
+  const std::string at = rows > 1 ? "indptr[row " + std::to_string(row) + "][" : "indptr[";
+  std::ostringstream os;
+  os << "torch_segops." << o.name << ": ";
+  if (k == 0) {
+    os << "indptr must start at a non-negative offset, got " << at << "0] = " << value;
+  } else if (value < prev) {
+    os << "indptr must be non-decreasing, got " << at << k << "] = " << value << " < " << at << k - 1
+       << "] = " << prev;
+  } else {
+    os << "indptr[..., -1] must be <= " << o.limit_what << " = " << limit << ", got " << at << k << "] = " << value;
+  }
+  return os.str();
+}
+
+// The GPU a "no kernel image" error happened on.
+struct GpuInfo {
+  int index = -1;
+  std::string name;  // cudaDeviceProp::name
+  int major = 0, minor = 0;
+};
+
+// A launch (or module load) failed because the library has no code this GPU can run: no SASS for its
+// architecture and no PTX the driver can JIT-compile for it (error_name: cudaErrorNoKernelImageForDevice,
+// cudaErrorInvalidDeviceFunction), or PTX the driver is too old to compile (ptx_too_new:
+// cudaErrorUnsupportedPtxVersion, cudaErrorInvalidPtx). Names the GPU's compute capability, the
+// architectures the library holds (build_info()['cuda_archs']) and the fix.
+inline std::string no_kernel_image_message(const char* op, const char* what, const char* error_name,
+                                           const GpuInfo& gpu, const char* lib_archs, const char* lib_cuda,
+                                           bool ptx_too_new) {
+  const std::string sm = std::to_string(gpu.major) + std::to_string(gpu.minor);
+  std::ostringstream os;
+  os << "torch_segops." << op << ": this torch_segops build has no CUDA code that runs on cuda:" << gpu.index
+     << " (" << (gpu.name.empty() ? "unknown GPU" : gpu.name) << ", compute capability " << gpu.major << "."
+     << gpu.minor << ", sm_" << sm << "): " << error_name << " in " << what
+     << ". The library holds code for the CUDA architectures " << lib_archs << " (built with CUDA " << lib_cuda
+     << "; torch_segops.build_info()['cuda_archs'])";
+  if (ptx_too_new) {
+    os << ", and the NVIDIA driver is too old to JIT-compile its PTX (the driver must support CUDA " << lib_cuda
+       << "). Fix: update the NVIDIA driver, or use a build with SASS for sm_" << sm;
+  } else {
+    os << ", none of which runs on sm_" << sm
+       << " (SASS for sm_XY runs on sm_XZ with Z >= Y only; PTX only on GPUs at least as new as its"
+          " architecture). Fix: install a torch_segops CUDA build whose cuda_archs cover sm_"
+       << sm;
+  }
+  os << ", or rebuild from source for this GPU: CUDAARCHS=\"" << sm
+     << "-real\" TORCH_SEGOPS_WITH_CUDA=ON pip install --no-build-isolation . "
+        "(`python -m torch_segops.doctor` checks the build against every GPU).";
+  return os.str();
+}
+
+}  // namespace cuda
+}  // namespace torch_segops
