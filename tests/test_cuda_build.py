@@ -156,6 +156,20 @@ def test_build_info_says_cuda(built):
     assert f'"cuda_archs": "{ccb.CI_ARCHS}"'.encode() in data
 
 
+def test_size_table_rendering():
+    """`check_cuda_build.py sizes` output (its builds are not run in CI): measured and unmeasured rows."""
+    meta = dict(date="2026-11-22", machine="x86_64 Linux, 2 CPUs", nvcc="13.0.88", torch="2.13.0",
+                commit="abc1234", jobs=1, notes=["`default` = ..."])
+    rows = [dict(archs="90-real", compress="size", size_bytes=3 * 2**20, fatbin_bytes=2**20, entries=1,
+                 stored_bytes=2**20 - 4096, uncompressed_bytes=5 * 2**20, build_s=123.4, cuda_compile_s=100.2),
+            dict(archs="75-real;90-real", compress="none", note="not measured (run cut short)")]
+    text = ccb.sizes_markdown(meta, rows)
+    assert "nvcc 13.0.88, torch headers 2.13.0, commit abc1234" in text
+    assert "| `90-real` | size | 3,072 KiB (3.00 MiB) | 1,024 KiB (1.00 MiB) | 1 (1,020 / 5,120 KiB) " \
+           "| 123 s (100 s) |" in text, text
+    assert "| `75-real;90-real` | none | not measured (run cut short) |" in text
+
+
 # ---- architecture selection -----------------------------------------------------------------------------
 
 def test_arch_table_is_well_formed():

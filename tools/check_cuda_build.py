@@ -5,6 +5,7 @@
     python tools/check_cuda_build.py --archs default       # the default list of cmake/cuda_architectures.txt
     python tools/check_cuda_build.py --inspect path/_C.so --archs "75-real;90-real"   # no build
     python tools/check_cuda_build.py --compare-compression # also build with --compress-mode=none
+    python tools/check_cuda_build.py sizes                 # library size per arch list -> benchmarks/results/
 
 Builds torch_segops with TORCH_SEGOPS_WITH_CUDA=ON against the installed (CPU) torch headers in a
 temporary directory, then checks the library: every architecture of the configured list is in the
@@ -398,8 +399,129 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
+def library_sizes(path: str) -> dict:
+    """Bytes of the library, of its .nv_fatbin section, and of the fatbin entries as stored / uncompressed."""
+    entries = read_fatbin(path)
+    with open(path, "rb") as fh:
+        fatbin = elf_sections(fh.read()).get(".nv_fatbin", (0, 0))[1]
+    return {"size_bytes": os.path.getsize(path), "fatbin_bytes": fatbin, "entries": len(entries),
+            "stored_bytes": sum(e.size for e in entries), "uncompressed_bytes": sum(e.uncompressed for e in entries)}
+
+
+# ---- library size per arch list (`sizes`) ----------------------------------------------------------------
+
+# (arch list or "default", TORCH_SEGOPS_CUDA_COMPRESS), cheapest first so that a cut-short run still reports.
+SIZE_CONFIGS = [("90-real", "size"), (CI_ARCHS, "size"), (CI_ARCHS, "none"), ("default", "size"), ("default", "none")]
+
+
+def nvcc_full_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"V(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else nvcc_version(nvcc)
+
+
+def torch_headers_version() -> str:
+    """Version of the torch headers the build uses (torch/headeronly/version.h of the installed torch)."""
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return "not found"
+    path = os.path.join(list(spec.submodule_search_locations)[0], "include", "torch", "headeronly", "version.h")
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError:
+        return "not found"
+    parts = [re.search(rf"#define TORCH_VERSION_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else "unknown"
+
+
+def git_commit() -> str:
+    """Short HEAD commit, with "+ uncommitted changes" when src/ or cmake/ differ from it."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "src", "cmake", "CMakeLists.txt"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + uncommitted changes" if dirty else "")
+
+
+def _kib_mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1024:,.0f} KiB ({n / 2**20:.2f} MiB)"
+
+
+def sizes_markdown(meta: dict, rows: list[dict]) -> str:
+    """The size table. rows: {archs, compress, and either the library_sizes() keys plus build_s and
+    cuda_compile_s, or note (why it was not measured)}."""
+    lines = [
+        f"# CUDA library size per architecture list ({meta['date']})",
+        "",
+        f"`python tools/check_cuda_build.py sizes` on {meta['machine']}; nvcc {meta['nvcc']}, torch headers "
+        f"{meta['torch']}, commit {meta['commit']}. Builds of `_C.so` (CPU + CUDA sources, Release) with "
+        f"{meta['jobs']} build job(s) and `nvcc --threads={meta['jobs']}`; the build time is the whole "
+        "`cmake --build` (the CUDA source alone in brackets), not counting configure. Sizes: the library "
+        "file, its `.nv_fatbin` section, and the SASS/PTX entries as stored and after decompression.",
+        "",
+        "| arch list | fatbin compression | library | .nv_fatbin | entries (stored / uncompressed) | build time |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        head = f"| `{r['archs']}` | {r['compress']} |"
+        if "note" in r:
+            lines.append(f"{head} {r['note']} | | | |")
+            continue
+        cu = f" ({r['cuda_compile_s']:.0f} s)" if r.get("cuda_compile_s") else ""
+        lines.append(f"{head} {_kib_mib(r['size_bytes'])} | {_kib_mib(r['fatbin_bytes'])} | "
+                     f"{r['entries']} ({r['stored_bytes'] / 1024:,.0f} / {r['uncompressed_bytes'] / 1024:,.0f} KiB)"
+                     f" | {r['build_s']:.0f} s{cu} |")
+    lines += ["", *meta.get("notes", [])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def sizes_command(out_path: str, nvcc: str, configs: list[tuple[str, str]]) -> int:
+    """Builds the CUDA library for each (archs, compression) and writes the table to out_path, rewritten
+    after every build so that a run cut short keeps what it measured."""
+    import datetime
+    import platform
+    version = nvcc_version(nvcc)
+    meta = {"date": datetime.date.today().isoformat(), "nvcc": f"{nvcc_full_version(nvcc)} ({nvcc})",
+            "torch": torch_headers_version(), "commit": git_commit(), "jobs": build_jobs(),
+            "machine": f"{platform.machine()} Linux, {os.cpu_count()} CPUs (no GPU needed)",
+            "notes": [f"`default` = the row of `cmake/cuda_architectures.txt` for nvcc {version}: "
+                      f"`{default_archs(version)}`."]}
+    rows = [{"archs": default_archs(version) if a == "default" else a, "compress": c,
+             "note": "not measured (run cut short)"} for a, c in configs]
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    for i, row in enumerate(rows):
+        print(f"[{i + 1}/{len(rows)}] archs {row['archs']}, compression {row['compress']}", flush=True)
+        with tempfile.TemporaryDirectory(prefix="segops-cuda-size-") as tmp:
+            try:
+                b = build(os.path.join(tmp, "build"), row["archs"], nvcc,
+                          extra=[f"-DTORCH_SEGOPS_CUDA_COMPRESS={row['compress']}"])
+            except RuntimeError as e:
+                row["note"] = "build failed"
+                print(str(e)[-3000:], file=sys.stderr)
+            else:
+                del row["note"]
+                row.update(library_sizes(b.library), build_s=b.build_s, cuda_compile_s=b.cuda_compile_s)
+                print(f"  {_kib_mib(row['size_bytes'])}, build {b.build_s:.0f} s", flush=True)
+        with open(out_path, "w") as fh:
+            fh.write(sizes_markdown(meta, rows))
+    print(f"wrote {out_path}")
+    return 0 if all("note" not in r for r in rows) else 1
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", nargs="?", choices=("check", "sizes"), default="check",
+                   help="check (default): build and check one arch list; sizes: library size per arch list")
+    p.add_argument("--out", help="sizes: the markdown file (default "
+                                 "benchmarks/results/cuda-library-size-<date>.md)")
+    p.add_argument("--configs", nargs="+", metavar="ARCHS:COMPRESS",
+                   help="sizes: what to build, e.g. '90-real:size' 'default:none' (default: "
+                        + " ".join(f"'{a}:{c}'" for a, c in SIZE_CONFIGS) + ")")
     p.add_argument("--archs", default=CI_ARCHS,
                    help=f"CMake CUDA architecture list, or 'default' for this nvcc's row (default {CI_ARCHS})")
     p.add_argument("--build-dir", help="build here (kept) instead of a temporary directory")
@@ -410,6 +532,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     nvcc = find_nvcc()
+    if args.command == "sizes":
+        if not nvcc:
+            print("nvcc not found (set CUDACXX or CUDA_HOME)", file=sys.stderr)
+            return 2
+        import datetime
+        out = args.out or os.path.join(REPO, "benchmarks", "results",
+                                       f"cuda-library-size-{datetime.date.today().isoformat()}.md")
+        configs = [tuple(c.rsplit(":", 1)) for c in args.configs] if args.configs else SIZE_CONFIGS
+        return sizes_command(out, nvcc, configs)
     archs = args.archs
     if archs == "default":
         if not nvcc:
@@ -432,9 +563,9 @@ def main(argv=None) -> int:
             if args.compare_compression:
                 nb = build(os.path.join(tmp, "build-uncompressed"), archs, nvcc,
                            extra=["-DTORCH_SEGOPS_CUDA_COMPRESS=none"])
-                with open(nb.library, "rb") as fh:
-                    report["uncompressed_size_bytes"] = os.path.getsize(nb.library)
-                    report["uncompressed_fatbin_bytes"] = elf_sections(fh.read()).get(".nv_fatbin", (0, 0))[1]
+                sizes = library_sizes(nb.library)
+                report["uncompressed_size_bytes"] = sizes["size_bytes"]
+                report["uncompressed_fatbin_bytes"] = sizes["fatbin_bytes"]
     print(f"library: {report['library']}  size {_mib(report['size_bytes'])}, fatbin {_mib(report['fatbin_bytes'])}")
     if "build_s" in report:
         print(f"configure {report['configure_s']} s, build {report['build_s']} s"
