@@ -5,6 +5,9 @@
 #ifndef TORCH_SEGOPS_CUDA_ARCHS
 #define TORCH_SEGOPS_CUDA_ARCHS ""
 #endif
+#ifndef TORCH_SEGOPS_CPU_ISAS
+#define TORCH_SEGOPS_CPU_ISAS "baseline"
+#endif
 #ifndef TORCH_SEGOPS_TORCH_HEADERS
 #define TORCH_SEGOPS_TORCH_HEADERS ""
 #endif
@@ -23,6 +26,7 @@ extern "C" __attribute__((visibility("default"))) const char* torch_segops_build
 #endif
          "\"cuda_version\": \"" TORCH_SEGOPS_CUDA_VERSION "\", "
          "\"cuda_archs\": \"" TORCH_SEGOPS_CUDA_ARCHS "\", "
+         "\"cpu_isas\": \"" TORCH_SEGOPS_CPU_ISAS "\", "
          "\"torch_target\": \"" TORCH_SEGOPS_TORCH_TARGET "\", "
          "\"torch_headers\": \"" TORCH_SEGOPS_TORCH_HEADERS "\", "
          "\"cxx_compiler\": \"" __VERSION__ "\""

@@ -55,7 +55,7 @@ def load() -> str:
 
 @lru_cache(maxsize=None)
 def build_info() -> dict:
-    """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs."""
+    """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs, CPU kernel sets."""
     lib = ctypes.CDLL(load())
     fn = lib.torch_segops_build_info
     fn.restype = ctypes.c_char_p
@@ -63,5 +63,11 @@ def build_info() -> dict:
     archs = info.get("cuda_archs") or ""
     info["cuda_archs"] = [a for a in archs.replace(",", ";").split(";") if a]
     info["cuda_version"] = info.get("cuda_version") or None
+    # CPU kernel sets compiled in, and the one this process runs (TORCH_SEGOPS_CPU_ISA=baseline forces it)
+    info["cpu_isas"] = [a for a in (info.get("cpu_isas") or "").split(",") if a]
+    isa = getattr(lib, "torch_segops_cpu_isa", None)
+    if isa is not None:
+        isa.restype = ctypes.c_char_p
+        info["cpu_isa"] = isa().decode()
     info["library"] = load()
     return info

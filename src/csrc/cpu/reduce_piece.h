@@ -18,6 +18,7 @@
 
 namespace torch_segops {
 namespace cpu {
+SEGOPS_ISA_NAMESPACE_BEGIN
 
 // Folds rows [0, count) into st[0, FB). Row r's features start at elem0 + r * F; its absolute position
 // along dim is pos0 + r. K lanes take rows round-robin (K * FB accumulators on the stack).
@@ -152,5 +153,6 @@ inline void reduce_piece(typename Op::State* st, const Load& load, int64_t elem0
   }
 }
 
+SEGOPS_ISA_NAMESPACE_END
 }  // namespace cpu
 }  // namespace torch_segops

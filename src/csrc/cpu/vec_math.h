@@ -11,8 +11,21 @@
 
 #include "reducers.h"  // SEGOPS_HD
 
+// Code that kernels.cpp compiles once per instruction set lives in an inline namespace named after the
+// set, so that no out-of-line copy of it is shared (and picked by the linker) across the sets.
+#if defined(SEGOPS_CPU_ISA)
+#define SEGOPS_ISA_CAT2(a, b) a##b
+#define SEGOPS_ISA_CAT(a, b) SEGOPS_ISA_CAT2(a, b)
+#define SEGOPS_ISA_NAMESPACE_BEGIN inline namespace SEGOPS_ISA_CAT(isa_, SEGOPS_CPU_ISA) {
+#define SEGOPS_ISA_NAMESPACE_END }
+#else
+#define SEGOPS_ISA_NAMESPACE_BEGIN
+#define SEGOPS_ISA_NAMESPACE_END
+#endif
+
 namespace torch_segops {
 namespace cpu {
+SEGOPS_ISA_NAMESPACE_BEGIN
 
 template <typename To, typename From> SEGOPS_HD To bit_cast(From x) {
   static_assert(sizeof(To) == sizeof(From));
@@ -55,5 +68,6 @@ SEGOPS_HD float exp_approx(float x) {
 // double (libm), and the integer types that dtype dispatch instantiates but never runs.
 template <typename A> SEGOPS_HD A exp_approx(A x) { return static_cast<A>(std::exp(x)); }
 
+SEGOPS_ISA_NAMESPACE_END
 }  // namespace cpu
 }  // namespace torch_segops
