@@ -125,14 +125,24 @@ target_compile_options(torch_segops_C PRIVATE
                              -Xcompiler=-Wall -Xcompiler=-fno-math-errno>)
 
 # ---- linking ---------------------------------------------------------------------------------------
-# The CUDA shim symbols live in libtorch_cuda.so. Link it when this torch has it; a CPU-only torch (as in
-# CI's compile check) lacks it, and the symbols then stay undefined in _C.so (allowed for shared
-# libraries) and are bound at load time by the CUDA torch that loads us.
+# The CUDA shim symbols (aoti_torch_get_current_cuda_stream) live in libtorch_cuda.so, and _C.so must name
+# it as NEEDED: torch loads its own libraries RTLD_LOCAL, so a symbol left undefined without that entry
+# does not bind at load time ("undefined symbol: aoti_torch_get_current_cuda_stream", seen on a GPU).
+# A CPU-only torch (CI's compile check) has no libtorch_cuda: link a stub of the same soname instead. It
+# is never installed; at load time the soname matches the libtorch_cuda.so that a CUDA torch has loaded.
 find_library(TORCH_SEGOPS_LIBTORCH_CUDA torch_cuda PATHS "${TORCH_SEGOPS_TORCH_DIR}/lib" NO_DEFAULT_PATH)
 if(TORCH_SEGOPS_LIBTORCH_CUDA)
   target_link_libraries(torch_segops_C PRIVATE "${TORCH_SEGOPS_LIBTORCH_CUDA}")
 else()
-  message(STATUS "torch_segops: no libtorch_cuda in ${TORCH_SEGOPS_TORCH_DIR}/lib (CPU torch): the CUDA shim "
-                 "symbols stay undefined and resolve when a CUDA torch loads the library")
+  message(STATUS "torch_segops: no libtorch_cuda in ${TORCH_SEGOPS_TORCH_DIR}/lib (CPU torch): linking a "
+                 "libtorch_cuda.so stub; the library then loads only in a CUDA torch")
+  set(_stub_dir "${CMAKE_CURRENT_BINARY_DIR}/torch_cuda_stub")
+  file(WRITE "${_stub_dir}/torch_cuda_stub.cpp" "extern \"C\" int aoti_torch_get_current_cuda_stream(int, void**) { return 1; }\n")
+  add_library(torch_segops_torch_cuda_stub SHARED "${_stub_dir}/torch_cuda_stub.cpp")
+  set_target_properties(torch_segops_torch_cuda_stub PROPERTIES
+    OUTPUT_NAME torch_cuda LIBRARY_OUTPUT_DIRECTORY "${_stub_dir}" NO_SONAME OFF)
+  add_dependencies(torch_segops_C torch_segops_torch_cuda_stub)
+  # -L/-l, not a target or a path: CMake then adds no build RPATH that would find the stub at run time
+  target_link_libraries(torch_segops_C PRIVATE "-L${_stub_dir}" torch_cuda)
 endif()
 target_link_libraries(torch_segops_C PRIVATE CUDA::cudart)

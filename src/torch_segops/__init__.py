@@ -17,7 +17,7 @@ def _doctor_is_starting() -> bool:
 
 try:
     # _library imports torch: a broken torch must not stop the doctor either.
-    from ._library import LibraryLoadError, build_info, library_path, load
+    from ._library import LibraryLoadError, build_info, check_errors, library_path, load
 
     load()
     __version__: str = build_info()["version"]
@@ -43,6 +43,7 @@ __all__ = [
     "LibraryLoadError",
     "__version__",
     "build_info",
+    "check_errors",
     "gather_csr",
     "library_path",
     "segment_add_csr",

@@ -71,3 +71,25 @@ def build_info() -> dict:
         info["cpu_isa"] = isa().decode()
     info["library"] = load()
     return info
+
+
+def check_errors() -> None:
+    """Raise the pending asynchronous error of a torch_segops CUDA op, if there is one.
+
+    CUDA ops validate ``indptr`` on the GPU without synchronising the host: an invalid ``indptr``
+    raises at the next torch_segops CUDA op call, or here. This waits for every CUDA device torch
+    has initialised, then raises ``RuntimeError`` with the same message as the CPU backend (naming
+    ``indptr``, the bad position and values) and clears the error. A no-op for the CPU build.
+    """
+    lib = ctypes.CDLL(load())
+    take = getattr(lib, "torch_segops_cuda_take_error", None)
+    if take is None:  # CPU build: errors are raised synchronously
+        return
+    if torch.cuda.is_initialized():
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(device)
+    take.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    take.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(4096)
+    if take(buf, len(buf)):
+        raise RuntimeError(buf.value.decode(errors="replace"))

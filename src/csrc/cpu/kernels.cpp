@@ -100,21 +100,25 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
       const int64_t d0 = (c - chunk_start[b]) * W;
       const MergeCoord m0 = merge_path_search(p, S, nnz, d0);
       const MergeCoord m1 = merge_path_search(p, S, nnz, std::min(d0 + W, S + nnz));
-      for (int64_t s = m0.seg; s <= m1.seg && s < S; ++s) {
-        const int64_t seg_lo = p[s] - base, seg_hi = p[s + 1] - base;
-        const int64_t lo = std::max(seg_lo, m0.row), hi = std::min(seg_hi, m1.row);
-        const int64_t elem0 = (b * N + base + lo) * F + f0;
-        const int64_t count = std::max<int64_t>(hi - lo, 0);
-        if (s == m1.seg) {  // still open at the chunk's end
-          if (count == 0) continue;
-          reduce_piece<Op>(carry.data() + c * F + f0, load, elem0, F, fn, base + lo, count);
-          if (f0 == 0) carry_seg[c] = b * S + s;
-        } else if (s == m0.seg && seg_lo < m0.row) {  // started in an earlier chunk, ends here
-          reduce_piece<Op>(head.data() + c * F + f0, load, elem0, F, fn, base + lo, count);
-          if (f0 == 0) head_seg[c] = b * S + s;
-        } else {
-          reduce_piece<Op>(st.data(), load, elem0, F, fn, base + lo, count);
-          write_result<Op>(st.data(), fn, seg_hi - seg_lo, N, out, arg, (b * S + s) * F + f0);
+      // Segments [m0.seg, m1.seg) end in this chunk; m1.seg (if < S) is still open at its end.
+      const int64_t s_end = std::min(m1.seg, S);
+      int64_t s = m0.seg;
+      if (s < s_end && p[s] - base < m0.row) {  // started in an earlier chunk, ends here
+        const int64_t lo = m0.row, count = p[s + 1] - base - lo;
+        reduce_piece<Op>(head.data() + c * F + f0, load, (b * N + base + lo) * F + f0, F, fn, base + lo, count);
+        if (f0 == 0) head_seg[c] = b * S + s;
+        ++s;
+      }
+      for (; s < s_end; ++s) {  // wholly inside the chunk
+        const int64_t lo = p[s], count = p[s + 1] - lo;
+        reduce_piece<Op>(st.data(), load, (b * N + lo) * F + f0, F, fn, lo, count);
+        write_result<Op>(st.data(), fn, count, N, out, arg, (b * S + s) * F + f0);
+      }
+      if (m1.seg < S) {  // still open at the chunk's end
+        const int64_t lo = std::max(p[m1.seg] - base, m0.row), count = m1.row - lo;
+        if (count > 0) {
+          reduce_piece<Op>(carry.data() + c * F + f0, load, (b * N + base + lo) * F + f0, F, fn, base + lo, count);
+          if (f0 == 0) carry_seg[c] = b * S + m1.seg;
         }
       }
     }
@@ -193,8 +197,7 @@ void segment_reduce_kernel(const CsrArgs& a, Reduce r, const Tensor& out, const 
   dispatch_dtype(a.src.scalar_type(), true, "segment_csr", "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const T* x = cptr<T>(a.src);
-    auto load = [x](int64_t i) { return to_acc<A>(x[i]); };
+    const ArrayLoad<T> load{cptr<T>(a.src)};
     dispatch_reduce<A>(r, [&](auto op_tag) {
       using Op = typename decltype(op_tag)::type;
       reduce_csr<Op>(a, load, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr);

@@ -16,6 +16,10 @@
 #include "reducers.h"
 #include "vec_math.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace torch_segops {
 namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
@@ -45,10 +49,50 @@ inline void reduce_block(typename Op::State* st, const Load& load, int64_t elem0
   }
 }
 
+// Reads element i of a contiguous array (as the accumulation type). Kernels that know their input is
+// such an array pass this instead of a lambda, which lets a piece use whole-vector loads.
+template <typename T> struct ArrayLoad {
+  const T* x;
+  SEGOPS_HD acc_t<T> operator()(int64_t i) const { return to_acc<acc_t<T>>(x[i]); }
+};
+
+#if defined(__AVX2__)
+// Sum of x[0, n) in 16 lanes; the last, partial step uses masked loads (no tail loop, no read past
+// x[n - 1]). The order of the additions depends on n only.
+inline float sum_f32_avx2(const float* x, int64_t n) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lane8 = _mm256_add_epi32(lane, _mm256_set1_epi32(8));
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+  }
+  if (i < n) {
+    const __m256i left = _mm256_set1_epi32(static_cast<int>(n - i));
+    a0 = _mm256_add_ps(a0, _mm256_maskload_ps(x + i, _mm256_cmpgt_epi32(left, lane)));
+    a1 = _mm256_add_ps(a1, _mm256_maskload_ps(x + i + 8, _mm256_cmpgt_epi32(left, lane8)));
+  }
+  const __m256 a = _mm256_add_ps(a0, a1);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+#endif
+
 // One-pass reduction of a piece, for reducers whose step vectorises.
 template <class Op, class Load>
 inline void reduce_piece_one_pass(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
                                   int64_t fn, int64_t pos0, int64_t count) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<Load, ArrayLoad<float>> && std::is_same_v<typename Op::State, SumOp<float>::State>) {
+    if (F == 1) {
+      st[0].v = sum_f32_avx2(load.x + elem0, count);
+      return;
+    }
+  }
+#endif
   // Short segments skip the lanes: their set-up and merge would cost more than the parallel chains
   // gain. The choice depends on the data only, never on the thread count.
   if (F == 1) {

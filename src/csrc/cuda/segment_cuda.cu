@@ -193,7 +193,8 @@ class CudaCall {
       : op_(op), id_(id), device_(like.get_device_index()), guard_(device_), like_(like) {
     raise_pending_error();
     void* s = nullptr;
-    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device_, &s));
+    // (STABLE_TORCH_ERROR_CODE_CHECK only exists from torch 2.13's headers)
+    if (aoti_torch_get_current_cuda_stream(device_, &s) != 0) fail(op_, "cannot get the current CUDA stream of cuda:", device_);
     stream_ = static_cast<cudaStream_t>(s);
     ptrs_ = device_error_ptrs(device_, op_);
     tag_ = g_call_counter.fetch_add(1) & ((1u << kTagBits) - 1);
