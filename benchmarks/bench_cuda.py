@@ -128,13 +128,14 @@ def run_case(dist, feat, dtype, ops, elems, reps, warmup, seed=0):
     n_seg = indptr_cpu.numel() - 1
     indptr = indptr_cpu.to(DEVICE)
     shape = (rows, feat) if feat > 1 else (rows,)
-    src = torch.randn(shape, generator=gen).to(dtype).to(DEVICE)
+    dgen = torch.Generator(device=DEVICE).manual_seed(seed)  # data made on the device: CPU randn dominated the run
+    src = torch.randn(shape, generator=dgen, device=DEVICE).to(dtype)
     index = C.index_from_indptr(indptr)
     lengths = indptr_cpu[1:] - indptr_cpu[:-1]
     results = []
     for op in ops:
         if op == "gather":
-            op_src = torch.randn((n_seg, feat) if feat > 1 else (n_seg,), generator=gen).to(dtype).to(DEVICE)
+            op_src = torch.randn((n_seg, feat) if feat > 1 else (n_seg,), generator=dgen, device=DEVICE).to(dtype)
         else:
             op_src = src
         fn = segops_fn(op, op_src, indptr, rows)
@@ -275,25 +276,34 @@ def main(argv=None):
     env["gpu"] = f"{torch.cuda.get_device_name()} (sm_{cap[0]}{cap[1]})"
     for k, v in env.items():
         print(f"{k}: {v}")
+    cmd = " ".join(argv if argv is not None else sys.argv[1:])
+
+    def write_markdown(done):
+        with open(args.markdown, "w") as fh:
+            fh.write(f"# torch_segops CUDA benchmark ({'quick' if args.quick else 'full'})\n\n")
+            if not done:
+                fh.write("**Partial: the run did not finish; the rows below are the cases measured so far.**\n\n")
+            for k, v in env.items():
+                fh.write(f"- {k}: {v}\n")
+            fh.write(f"- command: `python benchmarks/bench_cuda.py {cmd}`\n\n")
+            fh.write(table(results, markdown=True) + "\n\n" + NOTES)
+
+    if args.markdown:
+        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
     results = []
     for dist in args.dists:
         for dtype_name in args.dtypes:
             for feat in args.features:
                 results += run_case(dist, feat, DTYPES[dtype_name], args.ops, elems, reps, warmup)
                 torch.cuda.empty_cache()
+                if args.markdown:  # after every case, so that a run cut short still leaves its rows
+                    write_markdown(done=False)
     print()
     print(table(results))
     print()
     print(NOTES)
     if args.markdown:
-        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
-        with open(args.markdown, "w") as fh:
-            fh.write(f"# torch_segops CUDA benchmark ({'quick' if args.quick else 'full'})\n\n")
-            for k, v in env.items():
-                fh.write(f"- {k}: {v}\n")
-            cmd = " ".join(argv if argv is not None else sys.argv[1:])
-            fh.write(f"- command: `python benchmarks/bench_cuda.py {cmd}`\n\n")
-            fh.write(table(results, markdown=True) + "\n\n" + NOTES)
+        write_markdown(done=True)
         print(f"markdown written to {args.markdown}")
     return 0
 
