@@ -211,3 +211,14 @@ def test_device_mismatch():
     for fn in GATHERS.values():
         with pytest.raises(ERRORS, match="indptr"):
             fn(torch.randn(2, 2, device="cuda"), torch.tensor([0, 2, 6]))
+
+
+def test_check_errors_on_cpu_tensors():
+    """CPU ops raise in the call; check_errors() (the CUDA ops' asynchronous check point) then has nothing
+    to report, and an error raised on the CPU is not reported a second time there."""
+    src = torch.randn(6, 2)
+    with pytest.raises(RuntimeError, match="non-decreasing"):
+        so.segment_sum_csr(src, torch.tensor([0, 4, 2, 6]))
+    assert so.check_errors() is None
+    R.assert_equal(so.segment_sum_csr(src, torch.tensor([0, 2, 6])), torch.stack([src[:2].sum(0), src[2:].sum(0)]),
+                   "after check_errors")
