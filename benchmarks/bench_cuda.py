@@ -40,6 +40,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # ---- inputs -------------------------------------------------------------------------------------------
 
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def make_indptr(rows: int, dist: str, gen: torch.Generator) -> torch.Tensor:
     """Offsets over [0, rows] with the named segment-length distribution (CPU int64)."""
     if dist == "uniform":
@@ -63,8 +67,8 @@ def make_indptr(rows: int, dist: str, gen: torch.Generator) -> torch.Tensor:
 
 
 DEVICE = "cuda"
-SCREEN = 64  # alternatives are first timed on 1/SCREEN of the rows
-MAX_ALT_SECONDS = 0.25  # estimated slower than this: reported as "~estimate", not timed
+SCREEN = 64  # alternatives are first timed on every SCREEN-th row
+MAX_ALT_SECONDS = 1.0  # estimated slower than this: reported as "~estimate", not timed
 
 
 def cuda_time(fn, repeats: int, warmup: int) -> float:
@@ -146,12 +150,13 @@ def run_case(dist, feat, dtype, ops, elems, reps, warmup, seed=0):
         copy_t = cuda_time(lambda: dst.copy_(big), reps, warmup)
         seg_t = cuda_time(fn, reps, warmup)
         alts = C.alternatives(op, op_src, indptr, index, n_seg, rows)
-        # Screen the alternatives on the first 1/64 of the rows (same distribution, later segments empty):
-        # float atomics on a few addresses (index_add_/scatter_reduce_ in bfloat16 on huge segments) can take
-        # seconds per call, which would dominate the whole run. Those are reported as estimates.
-        part = max(1, rows // SCREEN)
-        screen = C.alternatives(op, op_src[:part], indptr.clamp(max=part), index[:part], n_seg, part) \
-            if op != "gather" else {}
+        # Screen the alternatives on every SCREEN-th row (all segments, each SCREEN times shorter): float
+        # atomics on a few addresses (index_add_/scatter_reduce_ in bfloat16 on huge segments) can take
+        # seconds per call, which would dominate the whole run. Those are reported as estimates (an upper
+        # bound where the cost grows with the segment count rather than the rows).
+        screen = {} if op == "gather" else C.alternatives(
+            op, op_src[::SCREEN].contiguous(), (indptr + SCREEN - 1) // SCREEN, index[::SCREEN].contiguous(), n_seg,
+            ceil_div(rows, SCREEN))
         alt_t = {}
         for name, a in alts.items():
             est = try_cuda_time(screen[name], 1, 1) if name in screen else 0.0
@@ -227,8 +232,9 @@ NOTES = """\
   a native alternative computed in float64 (rtol = atol = 1e-4 for float32, 1e-2 for bfloat16; empty
   segments, where the alternatives give -inf, are skipped).
 - Every input has the same number of elements, so rows = elements / F.
-- "~X s (est.)": the alternative took longer than 0.25 s on the full input by an estimate (its time on the
-  first 1/64 of the rows, times 64), so it was not timed in full; float atomics on a few addresses do that.
+- "~X s (est.)": the alternative would take over 1 s per call by an estimate (its time on every 64th row,
+  times 64), so it was not timed in full; float atomics on a few addresses do that. Where the cost grows
+  with the segment count instead of the rows, the estimate is too high.
 """
 
 
