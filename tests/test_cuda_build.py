@@ -133,7 +133,8 @@ def test_only_expected_undefined_symbols(built):
 @pytest.mark.skipif(TORCH_DIR is None, reason="torch not installed")
 def test_shim_symbols_outside_libtorch_cpu_are_the_cuda_ones(built):
     """Every torch shim symbol we use is exported by libtorch_cpu, except the CUDA stream getter, which
-    libtorch_cuda exports (linked when present; a CPU torch, as here, leaves it undefined)."""
+    libtorch_cuda exports (the real library when the build torch has it; against a CPU torch, as here, a stub
+    of the same soname, so that _C.so still lists libtorch_cuda.so as NEEDED)."""
     lib_cpu = os.path.join(TORCH_DIR, "lib", "libtorch_cpu.so")
     out = subprocess.run(["nm", "-D", "--defined-only", lib_cpu], capture_output=True, text=True, check=True).stdout
     defined = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
