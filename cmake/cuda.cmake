@@ -140,7 +140,7 @@ else()
   file(WRITE "${_stub_dir}/torch_cuda_stub.cpp" "extern \"C\" int aoti_torch_get_current_cuda_stream(int, void**) { return 1; }\n")
   add_library(torch_segops_torch_cuda_stub SHARED "${_stub_dir}/torch_cuda_stub.cpp")
   set_target_properties(torch_segops_torch_cuda_stub PROPERTIES
-    OUTPUT_NAME torch_cuda LIBRARY_OUTPUT_DIRECTORY "${_stub_dir}" NO_SONAME OFF)
+    OUTPUT_NAME torch_cuda LIBRARY_OUTPUT_DIRECTORY "${_stub_dir}")
   add_dependencies(torch_segops_C torch_segops_torch_cuda_stub)
   # -L/-l, not a target or a path: CMake then adds no build RPATH that would find the stub at run time
   target_link_libraries(torch_segops_C PRIVATE "-L${_stub_dir}" torch_cuda)

@@ -278,8 +278,7 @@ def test_bad_indptr_cuda_sync_checks_raise_in_the_call():
 def test_bad_indptr_cuda_every_op(fn):
     src = torch.randn(6, 2, device=DEV)
     bad = torch.tensor([0, 4, 2, 6], device=DEV)
-    call = {"sum": so.segment_sum_csr, "max": so.segment_max_csr, "softmax": so.segment_softmax_csr,
-            "gather": lambda s, i: so.gather_csr(s[:3], i, size=6)}[fn]
+    call = REDUCES[fn] if fn != "gather" else lambda s, i: so.gather_csr(s[:3], i, size=6)
     with pytest.raises(RuntimeError, match="indptr must be non-decreasing"):
         call(src, bad)
         so.check_errors()

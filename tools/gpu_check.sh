@@ -52,7 +52,7 @@ for stage in "${stages[@]}"; do
       --ignore tests/test_recipe.py --ignore tests/test_recipe_e2e.py --ignore tests/test_environments.py \
       --ignore tests/test_cuda_build.py 2>&1 | tee "$OUT/suite.log" | tail -30 || status=1 ;;
   sanitizer)
-    # A reduced set: one example per property, the fixed edge cases. memcheck then racecheck.
+    # A reduced set (SAN_TESTS): 3 examples per property (hypothesis profile sanitizer), the fixed edge cases.
     for tool in memcheck racecheck; do
       step "compute-sanitizer --tool $tool"
       HYPOTHESIS_PROFILE=sanitizer timeout "${SAN_TIMEOUT:-280}" compute-sanitizer --tool "$tool" --error-exitcode 9 \

@@ -54,9 +54,15 @@ def load() -> str:
 
 
 @lru_cache(maxsize=None)
+def _cdll() -> ctypes.CDLL:
+    """The loaded library, for its plain C entry points (build info, CUDA error record)."""
+    return ctypes.CDLL(load())
+
+
+@lru_cache(maxsize=None)
 def build_info() -> dict:
     """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs, CPU kernel sets."""
-    lib = ctypes.CDLL(load())
+    lib = _cdll()
     fn = lib.torch_segops_build_info
     fn.restype = ctypes.c_char_p
     info = json.loads(fn().decode())
@@ -81,8 +87,7 @@ def check_errors() -> None:
     has initialised, then raises ``RuntimeError`` with the same message as the CPU backend (naming
     ``indptr``, the bad position and values) and clears the error. A no-op for the CPU build.
     """
-    lib = ctypes.CDLL(load())
-    take = getattr(lib, "torch_segops_cuda_take_error", None)
+    take = getattr(_cdll(), "torch_segops_cuda_take_error", None)
     if take is None:  # CPU build: errors are raised synchronously
         return
     if torch.cuda.is_initialized():
