@@ -402,6 +402,40 @@ def test_large_few_segments_against_reference():
     R.assert_equal(so.gather_csr(vals, indptr), R.gather(vals, indptr), "large gather")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("tail", [0, 1, 31, 32, 33], ids=lambda t: f"tail{t}")
+def test_one_feature_sums_see_only_their_rows(dtype, tail):
+    """One feature, every length 0..70 (the vector sum's whole steps of 32 and its last, partial step,
+    which reads past a segment's end when the array goes on), each segment followed by a one-row
+    segment of NaN or inf: a lane read but not kept must not leak into a sum. The last segment ends
+    `tail` rows before the array's end (near the end the partial step must not read past it)."""
+    g = torch.Generator().manual_seed(tail)
+    lengths = torch.arange(71)[torch.randperm(71, generator=g)]
+    parts, bounds, poison_rows = [], [0], []
+    for i, n in enumerate(lengths.tolist()):
+        parts.append(torch.randn(n, generator=g, dtype=torch.float64))
+        bounds.append(bounds[-1] + n)
+        parts.append(torch.tensor([(float("nan"), float("inf"), -float("inf"))[i % 3]], dtype=torch.float64))
+        poison_rows.append(bounds[-1])
+        bounds.append(bounds[-1] + 1)
+    parts.append(torch.randn(50, generator=g, dtype=torch.float64))  # the last segment
+    bounds.append(bounds[-1] + 50)
+    src64 = torch.cat(parts + [torch.ones(tail, dtype=torch.float64)])
+    src = src64.to(dtype)
+    indptr = torch.tensor(bounds)
+    clean = src.clone()
+    clean[poison_rows] = 0
+    for reduce in ("sum", "mean"):
+        got = so.segment_csr(src, indptr, reduce=reduce)
+        poisoned = ~torch.isfinite(R.segment(src.double(), indptr, reduce)[0])
+        assert int(poisoned.sum()) == len(poison_rows)
+        assert not bool(torch.isfinite(got[poisoned]).any()), f"{reduce}: a poison segment came out finite"
+        expected = R.segment(clean, indptr, reduce)[0]
+        # the poison segments were checked above; the others must match the clean reference
+        got = torch.where(poisoned, expected, got)
+        R.assert_reduction_close(got, expected, clean, indptr, reduce, what=f"one feature {reduce} {dtype}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
 def test_large_segment_ties_across_chunks(dtype):
     n = 400_000

@@ -61,6 +61,19 @@ inline void write_result(const typename Op::State* st, int64_t fn, int64_t count
   }
 }
 
+// Segments [s, s_end) of batch b, wholly inside one chunk, features [f0, f0 + fn); kFn > 0 fixes fn.
+template <class Op, int kFn, class OutT, class Load>
+inline void reduce_whole_segments(typename Op::State* st, const Load& load, const int64_t* p, int64_t s,
+                                  int64_t s_end, int64_t b, const CsrArgs& a, int64_t f0, int64_t fn_rt,
+                                  OutT* out, int64_t* arg) {
+  const int64_t fn = kFn > 0 ? kFn : fn_rt, N = a.N, F = a.F;
+  for (; s < s_end; ++s) {
+    const int64_t lo = p[s], count = p[s + 1] - lo;
+    reduce_piece<Op>(st, load, (b * N + lo) * F + f0, F, fn, lo, count);
+    write_result<Op>(st, fn, count, N, out, arg, (b * a.S + s) * F + f0);
+  }
+}
+
 // out (and arg) are [B, S, F]; load(i) reads element i of the [B, N, F] input.
 template <class Op, class OutT, class Load>
 void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
@@ -109,10 +122,11 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
         if (f0 == 0) head_seg[c] = b * S + s;
         ++s;
       }
-      for (; s < s_end; ++s) {  // wholly inside the chunk
-        const int64_t lo = p[s], count = p[s + 1] - lo;
-        reduce_piece<Op>(st.data(), load, (b * N + lo) * F + f0, F, fn, lo, count);
-        write_result<Op>(st.data(), fn, count, N, out, arg, (b * S + s) * F + f0);
+      if (fn == 1) {  // one feature: the state stays in a register
+        State one[1];
+        reduce_whole_segments<Op, 1>(one, load, p, s, s_end, b, a, f0, 1, out, arg);
+      } else {
+        reduce_whole_segments<Op, 0>(st.data(), load, p, s, s_end, b, a, f0, fn, out, arg);
       }
       if (m1.seg < S) {  // still open at the chunk's end
         const int64_t lo = std::max(p[m1.seg] - base, m0.row), count = m1.row - lo;
@@ -197,7 +211,7 @@ void segment_reduce_kernel(const CsrArgs& a, Reduce r, const Tensor& out, const 
   dispatch_dtype(a.src.scalar_type(), true, "segment_csr", "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const ArrayLoad<T> load{cptr<T>(a.src)};
+    const ArrayLoad<T> load{cptr<T>(a.src), a.src.numel()};
     dispatch_reduce<A>(r, [&](auto op_tag) {
       using Op = typename decltype(op_tag)::type;
       reduce_csr<Op>(a, load, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr);

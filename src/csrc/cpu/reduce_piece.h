@@ -49,50 +49,81 @@ inline void reduce_block(typename Op::State* st, const Load& load, int64_t elem0
   }
 }
 
-// Reads element i of a contiguous array (as the accumulation type). Kernels that know their input is
-// such an array pass this instead of a lambda, which lets a piece use whole-vector loads.
+// Reads element i of a contiguous array of n elements (as the accumulation type). Kernels that know
+// their input is such an array pass this instead of a lambda, which lets a piece use whole-vector loads.
 template <typename T> struct ArrayLoad {
   const T* x;
+  int64_t n;
   SEGOPS_HD acc_t<T> operator()(int64_t i) const { return to_acc<acc_t<T>>(x[i]); }
 };
+template <typename L> struct is_array_load : std::false_type {};
+template <typename T> struct is_array_load<ArrayLoad<T>> : std::true_type { using type = T; };
 
 #if defined(__AVX2__)
-// Sum of x[0, n) in 16 lanes; the last, partial step uses masked loads (no tail loop, no read past
-// x[n - 1]). The order of the additions depends on n only.
-inline float sum_f32_avx2(const float* x, int64_t n) {
+// Eight elements from x as floats.
+inline __m256 load8_f32(const float* x) { return _mm256_loadu_ps(x); }
+inline __m256 load8_f32(const torch::headeronly::BFloat16* x) {  // bfloat16 is a float's upper half
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load8_f32(const torch::headeronly::Half* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+template <typename T>
+constexpr bool kSumsInAvx2 = std::is_same_v<T, float> || std::is_same_v<T, torch::headeronly::BFloat16> ||
+                             std::is_same_v<T, torch::headeronly::Half>;
+
+// Float sum of x[0, n) in 32 lanes: whole steps of 32, then one step that always runs and keeps only
+// the lanes below n. Segments of up to 32 rows then cost the same whatever their length, with no
+// branch to mispredict. That last step reads whole vectors (lanes past n are zeroed, not skipped)
+// when `readable` elements from x on lie in the array; near the array's end it reads a zero-padded
+// copy instead, so nothing past the array is read. The order of the additions depends on n only.
+template <typename T>
+[[gnu::always_inline]] inline float sum_avx2(const T* x, int64_t n, int64_t readable) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i lane8 = _mm256_add_epi32(lane, _mm256_set1_epi32(8));
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) a[k] = _mm256_add_ps(a[k], load8_f32(x + i + 8 * k));
   }
-  if (i < n) {
-    const __m256i left = _mm256_set1_epi32(static_cast<int>(n - i));
-    a0 = _mm256_add_ps(a0, _mm256_maskload_ps(x + i, _mm256_cmpgt_epi32(left, lane)));
-    a1 = _mm256_add_ps(a1, _mm256_maskload_ps(x + i + 8, _mm256_cmpgt_epi32(left, lane8)));
+  const T* last = x + i;
+  T pad[32];
+  if (readable - i < 32) {
+    for (int k = 0; k < 32; ++k) pad[k] = k < readable - i ? x[i + k] : T(0);
+    last = pad;
   }
-  const __m256 a = _mm256_add_ps(a0, a1);
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m256i left = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lane);
+  for (int k = 0; k < 4; ++k) {
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, _mm256_set1_epi32(8 * k)));
+    a[k] = _mm256_add_ps(a[k], _mm256_and_ps(load8_f32(last + 8 * k), keep));
+  }
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
   h = _mm_add_ss(h, _mm_movehdup_ps(h));
   return _mm_cvtss_f32(h);
 }
 #endif
 
-// One-pass reduction of a piece, for reducers whose step vectorises.
-template <class Op, class Load>
-inline void reduce_piece_one_pass(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
-                                  int64_t fn, int64_t pos0, int64_t count) {
-#if defined(__AVX2__)
-  if constexpr (std::is_same_v<Load, ArrayLoad<float>> && std::is_same_v<typename Op::State, SumOp<float>::State>) {
-    if (F == 1) {
-      st[0].v = sum_f32_avx2(load.x + elem0, count);
-      return;
-    }
+// Calls body(std::integral_constant<int, B>{}, f) for feature blocks [f, f + B) that cover [0, fn):
+// B = FB while a whole block fits, then FB / 2, ..., 1. A body keeps a block's per-feature values in
+// registers for a whole piece (arrays in memory would make every row wait on the previous row's
+// store). Every feature still sees its rows in order, so the block sizes never change a result.
+template <int FB, class Body>
+inline void for_feature_blocks(int64_t fn, const Body& body, int64_t f = 0) {
+  for (; f + FB <= fn; f += FB) body(std::integral_constant<int, FB>{}, f);
+  if constexpr (FB > 1) {
+    if (f < fn) for_feature_blocks<FB / 2>(fn, body, f);
   }
-#endif
+}
+
+// Features per block: `bytes` of per-feature values in registers (256: eight AVX2 registers).
+template <typename V, int bytes> constexpr int kBlockOf = sizeof(V) <= bytes ? bytes / sizeof(V) : 1;
+
+// One-pass reduction of a piece, for reducers whose step vectorises: the general case, out of line.
+template <class Op, class Load>
+[[gnu::noinline]] void reduce_piece_general(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
+                                            int64_t fn, int64_t pos0, int64_t count) {
   // Short segments skip the lanes: their set-up and merge would cost more than the parallel chains
   // gain. The choice depends on the data only, never on the thread count.
   if (F == 1) {
@@ -105,11 +136,27 @@ inline void reduce_piece_one_pass(typename Op::State* st, const Load& load, int6
   }
   if (fn == 1) return reduce_block<Op, 8, 1>(st, load, elem0, F, pos0, count);
   if (fn == 2) return reduce_block<Op, 4, 2>(st, load, elem0, F, pos0, count);
-  for (int64_t f = 0; f < fn; ++f) st[f] = Op::identity();
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t e = elem0 + r * F;
-    for (int64_t f = 0; f < fn; ++f) Op::step(st[f], load(e + f), pos0 + r);
+  for_feature_blocks<kBlockOf<typename Op::State, 256>>(fn, [&](auto B, int64_t f) {
+    reduce_block<Op, 1, B>(st + f, load, elem0 + f, F, pos0, count);
+  });
+}
+
+// The one-pass entry point: inlined into the segment loop, so that a float sum over one feature (many
+// short segments: the call would cost as much as the sum) runs there; everything else is a call.
+template <class Op, class Load>
+[[gnu::always_inline]] inline void reduce_piece_one_pass(typename Op::State* st, const Load& load, int64_t elem0,
+                                                         int64_t F, int64_t fn, int64_t pos0, int64_t count) {
+#if defined(__AVX2__)
+  if constexpr (is_array_load<Load>::value && std::is_same_v<typename Op::State, SumOp<float>::State>) {
+    if constexpr (kSumsInAvx2<typename is_array_load<Load>::type>) {
+      if (F == 1) {
+        st[0].v = sum_avx2(load.x + elem0, count, load.n - elem0);
+        return;
+      }
+    }
   }
+#endif
+  reduce_piece_general<Op>(st, load, elem0, F, fn, pos0, count);
 }
 
 // The extreme value alone (no position): a select that vectorises. NaN wins and stays.
@@ -171,28 +218,33 @@ inline void reduce_piece(typename Op::State* st, const Load& load, int64_t elem0
       // Rows of a piece fit in int32 (a chunk has at most kChunkElems of them): lanes as wide as a
       // float value, so the select vectorises. Rows run backwards: the last hit is the first row.
       using Pos = std::conditional_t<sizeof(A) <= 4, int32_t, int64_t>;
-      Pos idx[kMaxPieceFeatures];
-      for (int64_t f = 0; f < fn; ++f) idx[f] = 0;
-      for (int64_t r = count - 1; r >= 0; --r) {
-        const int64_t e = elem0 + r * F;
-        for (int64_t f = 0; f < fn; ++f) {
-          const A x = load(e + f), m = ext[f].v;
-          const bool hit = (x == m) | (is_nan(x) & is_nan(m));
-          idx[f] = hit ? static_cast<Pos>(r) : idx[f];
+      for_feature_blocks<kBlockOf<A, 128>>(fn, [&](auto B, int64_t f0) {
+        A m[B];
+        Pos idx[B];
+        for (int f = 0; f < B; ++f) m[f] = ext[f0 + f].v, idx[f] = 0;
+        for (int64_t r = count - 1; r >= 0; --r) {
+          const int64_t e = elem0 + r * F + f0;
+          for (int f = 0; f < B; ++f) {
+            const A x = load(e + f);
+            const bool hit = (x == m[f]) | (is_nan(x) & is_nan(m[f]));
+            idx[f] = hit ? static_cast<Pos>(r) : idx[f];
+          }
         }
-      }
-      for (int64_t f = 0; f < fn; ++f) st[f] = {ext[f].v, pos0 + idx[f]};
+        for (int f = 0; f < B; ++f) st[f0 + f] = {m[f], pos0 + idx[f]};
+      });
     } else {  // sum of exp(x - max); x == max counts 1 exactly, which also covers max = +-inf
-      A sum[kMaxPieceFeatures];
-      for (int64_t f = 0; f < fn; ++f) sum[f] = A(0);
-      for (int64_t r = 0; r < count; ++r) {
-        const int64_t e = elem0 + r * F;
-        for (int64_t f = 0; f < fn; ++f) {
-          const A x = load(e + f), m = ext[f].v;
-          sum[f] += x == m ? A(1) : exp_approx(x - m);
+      for_feature_blocks<kBlockOf<A, 128>>(fn, [&](auto B, int64_t f0) {
+        A m[B], sum[B];
+        for (int f = 0; f < B; ++f) m[f] = ext[f0 + f].v, sum[f] = A(0);
+        for (int64_t r = 0; r < count; ++r) {
+          const int64_t e = elem0 + r * F + f0;
+          for (int f = 0; f < B; ++f) {
+            const A x = load(e + f);
+            sum[f] += x == m[f] ? A(1) : exp_approx(x - m[f]);
+          }
         }
-      }
-      for (int64_t f = 0; f < fn; ++f) st[f] = {ext[f].v, sum[f]};
+        for (int f = 0; f < B; ++f) st[f0 + f] = {m[f], sum[f]};
+      });
     }
   }
 }
