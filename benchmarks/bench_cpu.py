@@ -4,7 +4,7 @@
     python benchmarks/bench_cpu.py --quick         # small shapes, < 20 s
     python benchmarks/bench_cpu.py --threads 1 --markdown benchmarks/results/cpu-<machine>.md
 
-Per shape and op: median time after warmup of torch_segops, torch.segment_reduce(offsets=...),
+Per shape and op, in interleaved rounds: time of torch_segops, torch.segment_reduce(offsets=...),
 scatter_reduce_ / index_add_ with a precomputed row->segment index (not timed), torch_scatter
 (column dropped when not installed), and src.sum() on the same tensor as the machine's read
 bandwidth. Ratios: speedup of torch_segops over the fastest torch-native alternative, and
@@ -37,10 +37,9 @@ def _segops(op, src, indptr):
     raise ValueError(op)
 
 
-def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, reps, warmup, max_seconds, seed=0):
+def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, rounds, reps, max_seconds, seed=0):
     src, indptr = C.make_input(rows, feat, n_seg, dtype, segmentation, seed=seed)
     index = C.index_from_indptr(indptr)
-    time_kw = dict(repeats=reps, warmup=warmup, max_seconds=max_seconds)
     out_rows = []
     for op in ops:
         if op == "gather":
@@ -52,20 +51,27 @@ def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, reps, warmup, m
         outs = result if isinstance(result, tuple) else (result,)  # max writes values and arg
         # read bandwidth on the big tensor of this op: src for reductions/softmax, the output for gather
         big = outs[0] if op == "gather" else op_src
-        read_t = C.median_time(lambda: big.sum(), **time_kw)
-        seg_t = C.median_time(fn, **time_kw)
-        alts = {name: C.try_time(alt, **time_kw) for name, alt in
-                C.alternatives(op, op_src, indptr, index, n_seg, rows).items()}
-        out_rows.append(C.Row(
+        alts = C.alternatives(op, op_src, indptr, index, n_seg, rows)
+        med, per_round = C.interleaved_times({SEGOPS: fn, READ: lambda: big.sum(), **alts}, rounds=rounds,
+                                             repeats=reps, max_seconds=max_seconds)
+        row = C.Row(
             shape=label, op=op, dtype=str(dtype).replace("torch.", ""),
             nbytes=C.nbytes(op_src, indptr, *outs), src_bytes=C.nbytes(big),
-            segops=seg_t, read=read_t, alternatives=alts, native=C.NATIVE,
-        ))
+            segops=med[SEGOPS], read=med[READ], alternatives={n: med[n] for n in alts}, native=C.NATIVE,
+        )
+        for i, seg_t in enumerate(per_round[SEGOPS]):
+            natives = [per_round[n][i] for n in C.NATIVE if per_round.get(n)]
+            if natives:
+                row.round_speedups.append(min(natives) / seg_t)
+            read_gbps = row.src_bytes / per_round[READ][i]
+            row.round_read_pct.append(100 * row.nbytes / seg_t / read_gbps)
+        out_rows.append(row)
         print(f"  done: {label} {op} {dtype}", file=sys.stderr, flush=True)
         del result, outs, big
     return out_rows
 
 
+SEGOPS, READ = "torch_segops", "read"
 FULL = [
     # label, rows, feat, n_seg, segmentation, {dtype: ops}
     ("2M x 64, 100k random segments", 2_000_000, 64, 100_000, "random",
@@ -83,8 +89,12 @@ QUICK = [
 ]
 
 NOTES = """\
-- Times are medians after warmup; GB/s = (src + out + indptr bytes) / time (max also writes its int64 arg;
-  gather's src is the per-segment tensor and its out the expanded one).
+- Every candidate of a row (torch_segops, src.sum, each alternative) is timed in {rounds} interleaved rounds
+  (the order rotating), so that a drift of this machine's speed hits all of them alike. Times are medians
+  over all rounds; [lo-hi] after a ratio is its range over the rounds (each round's own ratio).
+- GB/s = (src + out + indptr bytes) / time (max also writes its int64 arg; gather's src is the
+  per-segment tensor and its out the expanded one). Every call allocates its output, as user code does:
+  on a VM where first-touch page faults are slow, that cost is in every column.
 - "read GB/s" is `x.sum()` on the op's big tensor in the same run (src; for gather the output), i.e.
   what this machine can stream; "segops % of read" compares torch_segops' GB/s with it.
 - "speedup vs best native" = fastest torch-native alternative time / torch_segops time (torch_scatter is
@@ -99,23 +109,23 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small shapes (< 20 s), for a demo")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (default: torch's)")
-    p.add_argument("--reps", type=int, default=None, help="timed repeats per measurement (median)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per row (default 5; quick: 3)")
+    p.add_argument("--reps", type=int, default=None, help="timed repeats per candidate and round (default 3)")
     p.add_argument("--markdown", metavar="FILE", help="also write the table as markdown to FILE")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     cases = QUICK if args.quick else FULL
-    reps = args.reps or (3 if args.quick else 5)
-    warmup = 1 if args.quick else 2
-    max_seconds = 1.0 if args.quick else 15.0
-
+    rounds = args.rounds or (3 if args.quick else 5)
+    reps = args.reps or 3
+    max_seconds = 2.0 if args.quick else 20.0
     env = C.environment("cpu")
     for k, v in env.items():
         print(f"{k}: {v}")
     rows = []
     for label, n, f, s, segm, per_dtype in cases:
         for dtype, ops in per_dtype.items():
-            rows += run_case(label, n, f, s, segm, dtype, ops, reps, warmup, max_seconds)
+            rows += run_case(label, n, f, s, segm, dtype, ops, rounds, reps, max_seconds)
     columns = []
     for r in rows:
         for name in r.alternatives:
@@ -124,7 +134,7 @@ def main(argv=None):
     print()
     print(C.table(rows, columns))
     print()
-    print(NOTES)
+    print(NOTES.format(rounds=rounds))
     if args.markdown:
         mode = "quick" if args.quick else "full"
         with open(args.markdown, "w") as fh:
@@ -132,7 +142,7 @@ def main(argv=None):
             for k, v in env.items():
                 fh.write(f"- {k}: {v}\n")
             fh.write(f"- command: `python benchmarks/bench_cpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n")
-            fh.write(C.table(rows, columns, markdown=True) + "\n\n" + NOTES)
+            fh.write(C.table(rows, columns, markdown=True) + "\n\n" + NOTES.format(rounds=rounds))
         print(f"markdown written to {args.markdown}")
 
 

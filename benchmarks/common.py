@@ -150,6 +150,47 @@ def try_time(fn: Callable[[], object], **kw) -> Optional[float]:
         return None
 
 
+def interleaved_times(fns: dict, rounds: int = 5, repeats: int = 3, warmup: int = 1, device: str = "cpu",
+                      max_seconds: float = 20.0) -> tuple[dict, dict]:
+    """Time every callable of `fns` (name -> fn, or None for "not supported") in `rounds` rounds; each
+    round times each fn `repeats` times (fewer once its share of `max_seconds` is spent, at least once),
+    the order rotating from round to round. A machine whose speed drifts (a shared VM: memory
+    bandwidth and page-fault cost change from minute to minute) then slows every fn alike, and a
+    ratio of two fns' times is measured under the same conditions.
+
+    Returns (median over all samples, per-round medians), keyed by name; a fn that raises RuntimeError,
+    NotImplementedError or TypeError on its first call is None in both (n/a)."""
+    live = {}
+    for name, fn in fns.items():
+        try:
+            for _ in range(max(1, warmup)):
+                fn()
+            _sync(device)
+            live[name] = fn
+        except (RuntimeError, NotImplementedError, TypeError):
+            pass
+    samples = {name: [] for name in live}
+    per_round = {name: [] for name in live}
+    budget = max_seconds / max(1, rounds)
+    names = list(live)
+    for rnd in range(rounds):
+        k = rnd % len(names) if names else 0
+        for name in names[k:] + names[:k]:
+            times, start = [], time.perf_counter()
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                live[name]()
+                _sync(device)
+                times.append(time.perf_counter() - t0)
+                if time.perf_counter() - start > budget:
+                    break
+            samples[name] += times
+            per_round[name].append(statistics.median(times))
+    med = {name: statistics.median(samples[name]) if name in samples else None for name in fns}
+    rounds_out = {name: per_round.get(name) for name in fns}
+    return med, rounds_out
+
+
 # ---- results ----------------------------------------------------------------------------------------
 
 @dataclass
@@ -163,6 +204,8 @@ class Row:
     read: float  # seconds of src.sum() on the same src
     alternatives: dict = field(default_factory=dict)  # name -> seconds or None (n/a)
     native: tuple = ()  # names in `alternatives` that count as torch-native
+    round_speedups: list = field(default_factory=list)  # per round: fastest native / segops, same round
+    round_read_pct: list = field(default_factory=list)  # per round: segops GB/s as % of read GB/s
 
     def gbps(self, t: Optional[float]) -> Optional[float]:
         return None if not t else self.nbytes / t / 1e9
@@ -178,6 +221,11 @@ def _fmt_time(t: Optional[float]) -> str:
     return f"{t * 1e3:.2f} ms" if t >= 1e-3 else f"{t * 1e6:.0f} us"
 
 
+def _range(values: list, fmt: str) -> str:
+    """" [lo-hi]" over rounds, or "" without rounds."""
+    return f" [{fmt.format(min(values))}-{fmt.format(max(values))}]" if len(values) > 1 else ""
+
+
 def table(rows: list[Row], columns: list[str], markdown: bool = False) -> str:
     """Text (aligned) or markdown table: per row segops time and GB/s, each alternative's time,
     segops speedup over the fastest native alternative, read bandwidth and segops as % of it."""
@@ -191,9 +239,9 @@ def table(rows: list[Row], columns: list[str], markdown: bool = False) -> str:
         body.append([
             r.shape, r.op, r.dtype, _fmt_time(r.segops), f"{seg_gbps:.1f}",
             *[_fmt_time(r.alternatives.get(c)) if c in r.alternatives else "-" for c in columns],
-            f"{best_t / r.segops:.2f}x ({best_name})" if best_t else "n/a",
+            (f"{best_t / r.segops:.2f}x ({best_name})" + _range(r.round_speedups, "{:.2f}x")) if best_t else "n/a",
             f"{read_gbps:.1f}" if read_gbps else "n/a",
-            f"{100 * seg_gbps / read_gbps:.0f}%" if read_gbps else "n/a",
+            (f"{100 * seg_gbps / read_gbps:.0f}%" + _range(r.round_read_pct, "{:.0f}%")) if read_gbps else "n/a",
         ])
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

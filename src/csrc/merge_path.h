@@ -14,12 +14,14 @@ struct MergeCoord {
   int64_t row;  // rows consumed before this point (relative to indptr[0])
 };
 
-// Split point of diagonal `diag` (0 <= diag <= S + nnz). `indptr` points at the S + 1 offsets of one
-// batch; base = indptr[0]. Segment end k sits before row j in the merge iff indptr[k + 1] - base <= j.
-SEGOPS_HD MergeCoord merge_path_search(const int64_t* indptr, int64_t S, int64_t nnz, int64_t diag) {
+// Split point of diagonal `diag` (0 <= diag <= S + nnz) with its segment count searched in [lo, hi).
+// `indptr` points at the S + 1 offsets of one batch; base = indptr[0]. Segment end k sits before row j
+// in the merge iff indptr[k + 1] - base <= j.
+SEGOPS_HD MergeCoord merge_path_search_in(const int64_t* indptr, int64_t nnz, int64_t diag, int64_t lo,
+                                          int64_t hi) {
   const int64_t base = indptr[0];
-  int64_t lo = diag > nnz ? diag - nnz : 0;
-  int64_t hi = diag < S ? diag : S;
+  lo = diag - nnz > lo ? diag - nnz : lo;
+  hi = diag < hi ? diag : hi;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
     if (indptr[mid + 1] - base <= diag - mid - 1) {
@@ -29,6 +31,18 @@ SEGOPS_HD MergeCoord merge_path_search(const int64_t* indptr, int64_t S, int64_t
     }
   }
   return {lo, diag - lo};
+}
+
+SEGOPS_HD MergeCoord merge_path_search(const int64_t* indptr, int64_t S, int64_t nnz, int64_t diag) {
+  return merge_path_search_in(indptr, nnz, diag, 0, S);
+}
+
+// The same, given the split point `from` of an earlier diagonal: the path moves right or down one
+// step per item, so only the (diag - from diagonal) segments after from.seg need a look.
+SEGOPS_HD MergeCoord merge_path_search_from(const int64_t* indptr, int64_t S, int64_t nnz, int64_t diag,
+                                            MergeCoord from) {
+  const int64_t reach = from.seg + (diag - from.seg - from.row);
+  return merge_path_search_in(indptr, nnz, diag, from.seg, reach < S ? reach : S);
 }
 
 }  // namespace torch_segops

@@ -105,14 +105,20 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
 
   torch::stable::parallel_for(0, nchunks * ntiles, 1, [&](int64_t u0, int64_t u1) {
     std::vector<State> st(static_cast<size_t>(ft));
+    int64_t prev_c = -1, prev_b = -1;
+    MergeCoord prev_end{0, 0};
     for (int64_t u = u0; u < u1; ++u) {
       int64_t c, b, f0, fn;
       unit_of(u, c, b, f0, fn);
       const int64_t* p = ind + a.batch_offset[b];
       const int64_t base = p[0], nnz = p[S] - p[0];
       const int64_t d0 = (c - chunk_start[b]) * W;
-      const MergeCoord m0 = merge_path_search(p, S, nnz, d0);
-      const MergeCoord m1 = merge_path_search(p, S, nnz, std::min(d0 + W, S + nnz));
+      // the previous chunk's end is this one's start (one feature tile: consecutive units)
+      const MergeCoord m0 = c == prev_c + 1 && b == prev_b ? prev_end : merge_path_search(p, S, nnz, d0);
+      const MergeCoord m1 = merge_path_search_from(p, S, nnz, std::min(d0 + W, S + nnz), m0);
+      prev_c = ntiles == 1 ? c : -2;
+      prev_b = b;
+      prev_end = m1;
       // Segments [m0.seg, m1.seg) end in this chunk; m1.seg (if < S) is still open at its end.
       const int64_t s_end = std::min(m1.seg, S);
       int64_t s = m0.seg;
