@@ -55,6 +55,28 @@ def test_opcheck_segment_reduce(reduce, dtype, layout):
 
 
 @pytest.mark.parametrize("layout", list(INDPTRS))
+@pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}") for d in OPCHECK_DTYPES
+                                          for r in ("sum", "mean", "max")
+                                          if d.is_floating_point or r != "mean"])
+def test_opcheck_segment_reduce_out(reduce, dtype, layout):
+    indptr = INDPTRS[layout]
+    src = _src_for(indptr, dtype, requires_grad=False)
+    values, arg = _ops.segment_reduce(src, indptr, reduce)
+    out, arg_out = torch.empty_like(values), torch.empty_like(arg)
+    torch.library.opcheck(_ops.segment_reduce_out.default, (src, indptr, reduce, out, arg_out))
+
+
+@pytest.mark.parametrize("layout", list(INDPTRS))
+@pytest.mark.parametrize("dtype", OPCHECK_DTYPES, ids=str)
+def test_opcheck_gather_csr_out(dtype, layout):
+    indptr = INDPTRS[layout]
+    src = _src_for(indptr, dtype, False)
+    src = src.narrow(indptr.dim() - 1, 0, indptr.size(-1) - 1).contiguous()
+    out = _ops.gather_csr(src, indptr, int(indptr[..., -1].max()) + 2)
+    torch.library.opcheck(_ops.gather_csr_out.default, (src, indptr, torch.empty_like(out)))
+
+
+@pytest.mark.parametrize("layout", list(INDPTRS))
 @pytest.mark.parametrize("dtype", OPCHECK_DTYPES, ids=str)
 @pytest.mark.parametrize("size", ["given", "larger", "from_indptr"])
 def test_opcheck_gather_csr(size, dtype, layout):
@@ -230,3 +252,30 @@ def test_compile_with_out():
     assert counter.frame_count == 1
     torch.testing.assert_close(out, so.segment_sum_csr(src, indptr))
     torch.testing.assert_close(got, out)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_out(backend):
+    """out= under torch.compile (the wrappers trace the functional op and copy into out) and the
+    mutating out= ops called directly (functionalised by the compiler): one graph, out written."""
+    src, indptr = _case(batch=False)
+    n_seg = indptr.numel() - 1
+
+    def wrappers(s, i, o, g):
+        return so.segment_max_csr(s, i, out=o)[1], so.gather_csr(o, i, out=g)
+
+    def direct(s, i, o, a):
+        torch.ops.torch_segops.segment_reduce_out(s, i, "max", o, a)
+        return o * 2
+
+    for fn, extra in ((wrappers, lambda: (torch.zeros(n_seg, 3), torch.zeros(src.shape[0], 3))),
+                      (direct, lambda: (torch.zeros(n_seg, 3), torch.zeros(n_seg, 3, dtype=torch.long)))):
+        torch._dynamo.reset()
+        counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+        compiled = torch.compile(fn, backend=counter, fullgraph=True)
+        eager_bufs, comp_bufs = extra(), extra()
+        expected, got = fn(src, indptr, *eager_bufs), compiled(src, indptr, *comp_bufs)
+        assert counter.frame_count == 1
+        for g, e in zip(_flat(got) + list(comp_bufs), _flat(expected) + list(eager_bufs)):
+            torch.testing.assert_close(g, e)
+        assert not bool((comp_bufs[0] == 0).all()), "out was not written"

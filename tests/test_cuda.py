@@ -208,6 +208,25 @@ def test_determinism_run_to_run(name):
             assert torch.equal(a, b), f"cuda {name}: results differ between runs"
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max"])
+def test_out_ops_write_in_place_cuda(reduce):
+    """The mutating out= ops on the GPU: written in place, equal to the functional op, and opcheck."""
+    src = torch.randn(2, 40, 3, device=DEV)
+    indptr = torch.tensor([[0, 7, 7, 33, 40]], device=DEV)
+    values, arg = _ops.segment_reduce(src, indptr, reduce)
+    out, arg_out = torch.full_like(values, float("nan")), torch.full_like(arg, -7)
+    ptr = out.data_ptr()
+    _ops.segment_reduce_out(src, indptr, reduce, out, arg_out)
+    assert out.data_ptr() == ptr
+    assert torch.equal(out, values) and torch.equal(arg_out, arg)
+    torch.library.opcheck(_ops.segment_reduce_out.default, (src, indptr, reduce, out, arg_out))
+    seg = torch.randn(2, 4, 3, device=DEV)
+    gout = torch.full((2, 45, 3), float("nan"), device=DEV)
+    _ops.gather_csr_out(seg, indptr, gout)
+    assert torch.equal(gout, _ops.gather_csr(seg, indptr, 45))
+    torch.library.opcheck(_ops.gather_csr_out.default, (seg, indptr, gout))
+
+
 @needs_two_devices
 def test_out_on_cuda():
     src = torch.randn(12, 3, device=DEV)

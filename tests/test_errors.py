@@ -222,3 +222,31 @@ def test_check_errors_on_cpu_tensors():
     assert so.check_errors() is None
     R.assert_equal(so.segment_sum_csr(src, torch.tensor([0, 2, 6])), torch.stack([src[:2].sum(0), src[2:].sum(0)]),
                    "after check_errors")
+
+
+_OUT_SRC, _OUT_INDPTR = torch.randn(6, 2), torch.tensor([0, 2, 6])
+_BAD_OUT_OPS = {
+    "reduce-shape": lambda: torch.ops.torch_segops.segment_reduce_out(
+        _OUT_SRC, _OUT_INDPTR, "sum", torch.empty(3, 2), torch.empty(0, dtype=torch.long)),
+    "reduce-dtype": lambda: torch.ops.torch_segops.segment_reduce_out(
+        _OUT_SRC, _OUT_INDPTR, "sum", torch.empty(2, 2, dtype=torch.float64), torch.empty(0, dtype=torch.long)),
+    "reduce-strided": lambda: torch.ops.torch_segops.segment_reduce_out(
+        _OUT_SRC, _OUT_INDPTR, "sum", torch.empty(2, 2).t(), torch.empty(0, dtype=torch.long)),
+    "arg-for-sum": lambda: torch.ops.torch_segops.segment_reduce_out(
+        _OUT_SRC, _OUT_INDPTR, "sum", torch.empty(2, 2), torch.empty(2, 2, dtype=torch.long)),
+    "arg-shape": lambda: torch.ops.torch_segops.segment_reduce_out(
+        _OUT_SRC, _OUT_INDPTR, "max", torch.empty(2, 2), torch.empty(0, dtype=torch.long)),
+    "arg-dtype": lambda: torch.ops.torch_segops.segment_reduce_out(
+        _OUT_SRC, _OUT_INDPTR, "max", torch.empty(2, 2), torch.empty(2, 2, dtype=torch.int32)),
+    "gather-dims": lambda: torch.ops.torch_segops.gather_csr_out(_OUT_SRC[:2], _OUT_INDPTR, torch.empty(6)),
+    "gather-rows": lambda: torch.ops.torch_segops.gather_csr_out(_OUT_SRC[:2], _OUT_INDPTR, torch.empty(5, 2)),
+    "gather-width": lambda: torch.ops.torch_segops.gather_csr_out(_OUT_SRC[:2], _OUT_INDPTR, torch.empty(6, 3)),
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_OUT_OPS))
+def test_out_ops_reject_a_mismatched_output(case):
+    """The out= ops, called directly (the wrappers check first): a clear error naming the tensor."""
+    name = "arg" if case.startswith("arg") else "out" if case != "gather-rows" else "indptr"
+    with pytest.raises(ERRORS, match=name):
+        _BAD_OUT_OPS[case]()

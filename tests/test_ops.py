@@ -351,6 +351,70 @@ def test_gather_out_is_overwritten_and_returned(dtype):
     R.assert_equal(out, R.gather(src, indptr, 9), "gather out=")
 
 
+class _RecordingOps:
+    """Stands in for torch.ops.torch_segops in torch_segops.ops and records which ops were called."""
+
+    def __init__(self, ops):
+        self._ops, self.called = ops, []
+
+    def __getattr__(self, name):
+        self.called.append(name)
+        return getattr(self._ops, name)
+
+
+@pytest.fixture
+def recorded_ops(monkeypatch):
+    import torch_segops.ops as ops_module
+
+    rec = _RecordingOps(ops_module._ops)
+    monkeypatch.setattr(ops_module, "_ops", rec)
+    return rec
+
+
+@pytest.mark.parametrize("reduce", FLOAT_REDUCES)
+def test_out_is_written_in_place_without_a_temporary(recorded_ops, reduce):
+    src = torch.randn(40, 3)
+    indptr = torch.tensor([0, 7, 7, 40])
+    expected, expected_arg = R.segment(src, indptr, reduce)
+    out = _garbage((3, 3), torch.float32)
+    ptr = out.data_ptr()
+    ret = NAMED[reduce](src, indptr, out=out)
+    values = ret[0] if reduce in ("min", "max") else ret
+    assert values is out and out.data_ptr() == ptr
+    assert recorded_ops.called == ["segment_reduce_out"], recorded_ops.called
+    R.assert_reduction_close(out, expected, src, indptr, reduce)
+    if reduce in ("min", "max"):
+        R.assert_equal(ret[1], expected_arg, "arg with in-place out=")
+    recorded_ops.called.clear()
+    vals = torch.randn(3, 3)
+    gout = _garbage((41, 3), torch.float32)
+    assert so.gather_csr(vals, indptr, out=gout) is gout
+    assert recorded_ops.called == ["gather_csr_out"], recorded_ops.called
+    R.assert_equal(gout, R.gather(vals, indptr, 41), "gather in-place out=")
+
+
+def test_out_falls_back_to_a_copy_where_writing_in_place_is_unsafe(recorded_ops):
+    """Non-contiguous out, out sharing memory with src, and a src that records a gradient: the result
+    is computed first and copied in (correct in every case; the gradient still flows)."""
+    src = torch.randn(10, 4)
+    indptr = torch.tensor([0, 3, 10])
+    expected = R.segment(src, indptr, "sum")[0]
+    out = _garbage((4, 2), torch.float32).t()  # non-contiguous (2, 4)
+    assert so.segment_sum_csr(src, indptr, out=out) is out
+    R.assert_reduction_close(out, expected, src, indptr, "sum")
+    buf = torch.randn(12, 4)  # out aliases the rows of src it reduces
+    alias_src, alias_out = buf[:10], buf[:2]
+    expected_alias = R.segment(alias_src.clone(), indptr, "max")[0]
+    so.segment_max_csr(alias_src, indptr, out=alias_out)
+    R.assert_equal(alias_out, expected_alias, "out aliasing src")
+    leaf = src.clone().requires_grad_()
+    out = torch.zeros(2, 4)
+    res = so.segment_sum_csr(leaf, indptr, out=out)
+    res.sum().backward()
+    assert torch.equal(leaf.grad, torch.ones_like(src))
+    assert "segment_reduce_out" not in recorded_ops.called and "gather_csr_out" not in recorded_ops.called
+
+
 # ---------------------------------------------------------------------------------------------
 # Large inputs: several parallel chunks per segment / many segments per chunk, so the chunk-combine
 # pass is exercised. Checked with vectorised float64 computations (the loop reference would be slow

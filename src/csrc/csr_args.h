@@ -126,4 +126,22 @@ inline std::vector<int64_t> sizes_with_dim(const Tensor& t, int64_t dim, int64_t
   return s;
 }
 
+// An output of the given sizes and dtype on src's device: `given` (the out= variants write into the
+// caller's tensor, which must match exactly and be contiguous) or a new tensor.
+inline Tensor output_for(const Tensor& src, const std::vector<int64_t>& sizes, ScalarType dtype,
+                         const Tensor* given, const char* op, const char* name) {
+  if (given == nullptr) return torch::stable::new_empty(src, sizes, dtype);
+  const Tensor& t = *given;
+  SEGOPS_CHECK(t.is_cuda() == src.is_cuda() && t.get_device_index() == src.get_device_index(), op, name,
+               " must be on the same device as src");
+  SEGOPS_CHECK(t.scalar_type() == dtype, op, name, " has the wrong dtype");
+  bool same = static_cast<size_t>(t.dim()) == sizes.size();
+  for (size_t d = 0; same && d < sizes.size(); ++d) same = t.size(static_cast<int64_t>(d)) == sizes[d];
+  std::ostringstream want;
+  for (size_t d = 0; d < sizes.size(); ++d) want << (d ? ", " : "") << sizes[d];
+  SEGOPS_CHECK(same, op, name, " must have shape (", want.str(), ")");
+  SEGOPS_CHECK(t.is_contiguous(), op, name, " must be contiguous");
+  return t;
+}
+
 }  // namespace torch_segops

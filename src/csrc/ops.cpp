@@ -7,6 +7,10 @@ STABLE_TORCH_LIBRARY(torch_segops, m) {
   m.def("segment_reduce(Tensor src, Tensor indptr, str reduce) -> (Tensor, Tensor)");
   // size: rows of the output along dim; -1 reads max(indptr[..., -1]) from indptr (a host sync on GPU).
   m.def("gather_csr(Tensor src, Tensor indptr, SymInt size) -> Tensor");
+  // The same, written into the caller's contiguous tensors (out= of the Python API, when no gradient is
+  // recorded): arg must be empty for sum/mean. gather's output rows are out.size(dim).
+  m.def("segment_reduce_out(Tensor src, Tensor indptr, str reduce, Tensor(a!) out, Tensor(b!) arg) -> ()");
+  m.def("gather_csr_out(Tensor src, Tensor indptr, Tensor(a!) out) -> ()");
   m.def("segment_softmax(Tensor src, Tensor indptr) -> Tensor");
   // Gradient of segment_softmax given its output y: y * (grad - segment_sum(grad * y)) per segment.
   m.def("segment_softmax_backward(Tensor grad, Tensor out, Tensor indptr) -> Tensor");

@@ -34,6 +34,16 @@ def _gather_csr_fake(src: Tensor, indptr: Tensor, size: int):
     return src.new_empty(_reduced_shape(src, indptr, size))
 
 
+@torch.library.register_fake(_LIB + "segment_reduce_out")
+def _segment_reduce_out_fake(src: Tensor, indptr: Tensor, reduce: str, out: Tensor, arg: Tensor) -> None:
+    return None
+
+
+@torch.library.register_fake(_LIB + "gather_csr_out")
+def _gather_csr_out_fake(src: Tensor, indptr: Tensor, out: Tensor) -> None:
+    return None
+
+
 @torch.library.register_fake(_LIB + "segment_softmax")
 def _segment_softmax_fake(src: Tensor, indptr: Tensor):
     return torch.empty_like(src, memory_format=torch.contiguous_format)

@@ -38,29 +38,57 @@ def _reduced_shape(src: Tensor, indptr: Tensor, n: int) -> list:
     return shape
 
 
+def _check_out(fn: str, out, dtype: torch.dtype, device: torch.device, shape, name: str = "out") -> None:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"torch_segops.{fn}: {name} has dtype {out.dtype}, expected {dtype}")
+    if out.device != device:
+        raise ValueError(f"torch_segops.{fn}: {name} is on {out.device}, expected {device}")
+    if shape is not None and tuple(out.shape) != tuple(shape):
+        raise ValueError(f"torch_segops.{fn}: {name} has shape {tuple(out.shape)}, expected {tuple(shape)}")
+
+
 def _write_out(fn: str, out: Optional[Tensor], result: Tensor, name: str = "out") -> Tensor:
     """Overwrite ``out`` in full with ``result`` (never accumulate) and return it."""
     if out is None:
         return result
-    if not isinstance(out, Tensor):
-        raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor or None, got {type(out).__name__}")
-    if out.dtype != result.dtype:
-        raise TypeError(f"torch_segops.{fn}: {name} has dtype {out.dtype}, expected {result.dtype}")
-    if out.device != result.device:
-        raise ValueError(f"torch_segops.{fn}: {name} is on {out.device}, expected {result.device}")
-    if tuple(out.shape) != tuple(result.shape):
-        raise ValueError(f"torch_segops.{fn}: {name} has shape {tuple(out.shape)}, expected {tuple(result.shape)}")
+    _check_out(fn, out, result.dtype, result.device, result.shape, name)
     return out.copy_(result)
 
 
-def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str) -> Tuple[Tensor, Tensor]:
+def _in_place(out, *inputs: Tensor) -> bool:
+    """Whether the kernel may write straight into ``out`` (no temporary, no copy): nothing records a
+    gradient, nothing traces (the compiler gets the functional op), and out is a plain contiguous
+    tensor sharing no memory with the inputs. Otherwise out= computes a result and copies it in."""
+    if type(out) is not Tensor or not out.is_contiguous() or out.requires_grad:
+        return False
+    if torch.compiler.is_compiling() or any(type(t) is not Tensor for t in inputs):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        return False
+    if out.numel() == 0:
+        return True
+    mine = out.untyped_storage().data_ptr()
+    return all(t.numel() == 0 or t.untyped_storage().data_ptr() != mine for t in inputs)
+
+
+def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """(values, arg) of reduce; values written into ``out`` when given (arg is empty for sum/mean)."""
     _check_tensors(fn, src, indptr)
-    return _ops.segment_reduce(src, indptr, reduce)
+    if out is not None and _in_place(out, src, indptr):
+        shape = _reduced_shape(src, indptr, indptr.size(-1) - 1)
+        _check_out(fn, out, src.dtype, src.device, shape)
+        arg = torch.empty(shape if reduce in ("min", "max") else (0,), dtype=torch.long, device=src.device)
+        _ops.segment_reduce_out(src, indptr, reduce, out, arg)
+        return out, arg
+    values, arg = _ops.segment_reduce(src, indptr, reduce)
+    return _write_out(fn, out, values), arg
 
 
 def segment_sum_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Sum of each segment ``src[..., indptr[i]:indptr[i+1], ...]``; empty segments give 0."""
-    return _write_out("segment_sum_csr", out, _reduce("segment_sum_csr", src, indptr, "sum")[0])
+    return _reduce("segment_sum_csr", src, indptr, "sum", out)[0]
 
 
 segment_add_csr = segment_sum_csr
@@ -68,32 +96,25 @@ segment_add_csr = segment_sum_csr
 
 def segment_mean_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Mean of each segment; empty segments give 0. Floating dtypes only."""
-    return _write_out("segment_mean_csr", out, _reduce("segment_mean_csr", src, indptr, "mean")[0])
-
-
-def _arg_reduce(fn: str, reduce: str, src, indptr, out) -> Tuple[Tensor, Tensor]:
-    values, arg = _reduce(fn, src, indptr, reduce)
-    return _write_out(fn, out, values), arg
+    return _reduce("segment_mean_csr", src, indptr, "mean", out)[0]
 
 
 def segment_min_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(min, argmin) per segment. argmin holds absolute positions along dim; ties take the first;
     empty segments give value 0 and argmin ``src.size(dim)``."""
-    return _arg_reduce("segment_min_csr", "min", src, indptr, out)
+    return _reduce("segment_min_csr", src, indptr, "min", out)
 
 
 def segment_max_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(max, argmax) per segment; see :func:`segment_min_csr`."""
-    return _arg_reduce("segment_max_csr", "max", src, indptr, out)
+    return _reduce("segment_max_csr", src, indptr, "max", out)
 
 
 def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduce: str = "sum") -> Tensor:
     """pytorch_scatter's ``segment_csr``: reduce each CSR segment with sum/add/mean/min/max."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"torch_segops.segment_csr: reduce must be one of {REDUCTIONS}, got {reduce!r}")
-    if reduce in ("min", "max"):
-        return _arg_reduce("segment_csr", reduce, src, indptr, out)[0]
-    return _write_out("segment_csr", out, _reduce("segment_csr", src, indptr, reduce)[0])
+    return _reduce("segment_csr", src, indptr, reduce, out)[0]
 
 
 def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, size: Optional[int] = None) -> Tensor:
@@ -111,6 +132,10 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, size: 
         size = n
     if size is not None and (not isinstance(size, (int, torch.SymInt)) or size < 0):
         raise ValueError(f"torch_segops.gather_csr: size must be a non-negative int, got {size!r}")
+    if out is not None and _in_place(out, src, indptr):
+        _check_out("gather_csr", out, src.dtype, src.device, _reduced_shape(src, indptr, size))
+        _ops.gather_csr_out(src, indptr, out)
+        return out
     return _write_out("gather_csr", out, _ops.gather_csr(src, indptr, -1 if size is None else size))
 
 

@@ -88,33 +88,52 @@ int64_t validate_indptr(const CsrArgs& a, int64_t limit, const char* op, const c
 
 // ---- ops -------------------------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor> segment_reduce_cpu(Tensor src, Tensor indptr, std::string reduce) {
+// given_out / given_arg: the out= variant's tensors, or null to allocate.
+std::tuple<Tensor, Tensor> segment_reduce_into(const Tensor& src, const Tensor& indptr, const std::string& reduce,
+                                               const Tensor* given_out, const Tensor* given_arg) {
   const char* op = "segment_csr";
   const Reduce r = parse_reduce(reduce, op);
   CsrArgs a = make_csr_args(src, indptr, op);
   const bool with_arg = r == Reduce::Min || r == Reduce::Max;
   dispatch_dtype(src.scalar_type(), r == Reduce::Sum || with_arg, op, "src", [](auto) {});
   validate_indptr(a, a.N, op, "src.size(dim)");
-  Tensor out = torch::stable::new_empty(src, sizes_with_dim(src, a.dim, a.S));
-  Tensor arg = with_arg ? torch::stable::new_empty(src, sizes_with_dim(src, a.dim, a.S), ScalarType::Long)
-                        : torch::stable::new_empty(src, {0}, ScalarType::Long);
+  const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
+  Tensor out = output_for(src, sizes, src.scalar_type(), given_out, op, "out");
+  Tensor arg = output_for(src, with_arg ? sizes : std::vector<int64_t>{0}, ScalarType::Long, given_arg, op, "arg");
   cpu::kernels().segment_reduce(a, r, out, with_arg ? &arg : nullptr);
   return {out, arg};
 }
 
-Tensor gather_csr_cpu(Tensor src, Tensor indptr, int64_t size) {
+std::tuple<Tensor, Tensor> segment_reduce_cpu(Tensor src, Tensor indptr, std::string reduce) {
+  return segment_reduce_into(src, indptr, reduce, nullptr, nullptr);
+}
+
+void segment_reduce_out_cpu(Tensor src, Tensor indptr, std::string reduce, Tensor out, Tensor arg) {
+  segment_reduce_into(src, indptr, reduce, &out, &arg);
+}
+
+// size: output rows (-1: read from indptr); given_out: the out= variant's tensor (its rows are the size).
+Tensor gather_into(const Tensor& src, const Tensor& indptr, int64_t size, const Tensor* given_out) {
   const char* op = "gather_csr";
   CsrArgs a = make_csr_args(src, indptr, op);
   SEGOPS_CHECK(a.N == a.S, op, "src.size(dim) must equal the number of segments indptr.size(-1) - 1 = ", a.S,
                ", got ", a.N);
+  if (given_out != nullptr) {
+    SEGOPS_CHECK(given_out->dim() == src.dim(), op, "out must have as many dims as src (", src.dim(), ")");
+    size = given_out->size(a.dim);
+  }
   SEGOPS_CHECK(size >= -1, op, "size must be >= 0 (or -1 to read it from indptr), got ", size);
   dispatch_dtype(src.scalar_type(), true, op, "src", [](auto) {});
-  const int64_t needed = validate_indptr(a, size, op, "size");
+  const int64_t needed = validate_indptr(a, size, op, given_out != nullptr ? "out.size(dim)" : "size");
   const int64_t R = size >= 0 ? size : needed;
-  Tensor out = torch::stable::new_empty(src, sizes_with_dim(src, a.dim, R));
+  Tensor out = output_for(src, sizes_with_dim(src, a.dim, R), src.scalar_type(), given_out, op, "out");
   cpu::kernels().gather(a, R, out);
   return out;
 }
+
+Tensor gather_csr_cpu(Tensor src, Tensor indptr, int64_t size) { return gather_into(src, indptr, size, nullptr); }
+
+void gather_csr_out_cpu(Tensor src, Tensor indptr, Tensor out) { gather_into(src, indptr, -1, &out); }
 
 Tensor segment_softmax_cpu(Tensor src, Tensor indptr) {
   const char* op = "segment_softmax_csr";
@@ -150,6 +169,8 @@ extern "C" __attribute__((visibility("default"))) const char* torch_segops_cpu_i
 STABLE_TORCH_LIBRARY_IMPL(torch_segops, CPU, m) {
   m.impl("segment_reduce", TORCH_BOX(&torch_segops::segment_reduce_cpu));
   m.impl("gather_csr", TORCH_BOX(&torch_segops::gather_csr_cpu));
+  m.impl("segment_reduce_out", TORCH_BOX(&torch_segops::segment_reduce_out_cpu));
+  m.impl("gather_csr_out", TORCH_BOX(&torch_segops::gather_csr_out_cpu));
   m.impl("segment_softmax", TORCH_BOX(&torch_segops::segment_softmax_cpu));
   m.impl("segment_softmax_backward", TORCH_BOX(&torch_segops::segment_softmax_backward_cpu));
 }

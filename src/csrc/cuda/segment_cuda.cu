@@ -340,16 +340,18 @@ void dispatch_reduce(Reduce r, const F& f) {
 
 // ---- ops -----------------------------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor> segment_reduce_cuda(Tensor src, Tensor indptr, std::string reduce) {
+// given_out / given_arg: the out= variant's tensors, or null to allocate.
+std::tuple<Tensor, Tensor> segment_reduce_into(const Tensor& src, const Tensor& indptr, const std::string& reduce,
+                                               const Tensor* given_out, const Tensor* given_arg) {
   const char* op = "segment_csr";
   const Reduce r = parse_reduce(reduce, op);
   CsrArgs a = make_csr_args(src, indptr, op);
   const bool with_arg = r == Reduce::Min || r == Reduce::Max;
   const bool allow_int = r == Reduce::Sum || with_arg;
   CudaCall call(a.src, op, kOpSegmentCsr);
-  Tensor out = torch::stable::new_empty(src, sizes_with_dim(src, a.dim, a.S));
-  Tensor arg = with_arg ? torch::stable::new_empty(src, sizes_with_dim(src, a.dim, a.S), ScalarType::Long)
-                        : torch::stable::new_empty(src, {0}, ScalarType::Long);
+  const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
+  Tensor out = output_for(src, sizes, src.scalar_type(), given_out, op, "out");
+  Tensor arg = output_for(src, with_arg ? sizes : std::vector<int64_t>{0}, ScalarType::Long, given_arg, op, "arg");
   dispatch_dtype(src.scalar_type(), allow_int, op, "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Geometry g = make_geometry(a, src, op);
@@ -364,11 +366,24 @@ std::tuple<Tensor, Tensor> segment_reduce_cuda(Tensor src, Tensor indptr, std::s
   return {out, arg};
 }
 
-Tensor gather_csr_cuda(Tensor src, Tensor indptr, int64_t size) {
+std::tuple<Tensor, Tensor> segment_reduce_cuda(Tensor src, Tensor indptr, std::string reduce) {
+  return segment_reduce_into(src, indptr, reduce, nullptr, nullptr);
+}
+
+void segment_reduce_out_cuda(Tensor src, Tensor indptr, std::string reduce, Tensor out, Tensor arg) {
+  segment_reduce_into(src, indptr, reduce, &out, &arg);
+}
+
+// size: output rows (-1: read from indptr); given_out: the out= variant's tensor (its rows are the size).
+Tensor gather_into(const Tensor& src, const Tensor& indptr, int64_t size, const Tensor* given_out) {
   const char* op = "gather_csr";
   CsrArgs a = make_csr_args(src, indptr, op);
   SEGOPS_CHECK(a.N == a.S, op, "src.size(dim) must equal the number of segments indptr.size(-1) - 1 = ", a.S,
                ", got ", a.N);
+  if (given_out != nullptr) {
+    SEGOPS_CHECK(given_out->dim() == src.dim(), op, "out must have as many dims as src (", src.dim(), ")");
+    size = given_out->size(a.dim);
+  }
   SEGOPS_CHECK(size >= -1, op, "size must be >= 0 (or -1 to read it from indptr), got ", size);
   CudaCall call(a.src, op, kOpGatherCsr);
   Tensor out;
@@ -384,7 +399,7 @@ Tensor gather_csr_cuda(Tensor src, Tensor indptr, int64_t size) {
       launch_validate(call, g, ec, nullptr, Tuning());
       pub = ec.publish(g);
     }
-    out = torch::stable::new_empty(src, sizes_with_dim(src, a.dim, R));
+    out = output_for(src, sizes_with_dim(src, a.dim, R), src.scalar_type(), given_out, op, "out");
     const T* x = cptr<T>(a.src);
     T* o = mptr<T>(out);
     run_expand<SrcLoad<T>::kVec>(call, g, R, GatherFn<T>{x}, o, pub, aligned16(x) && aligned16(o));
@@ -392,6 +407,10 @@ Tensor gather_csr_cuda(Tensor src, Tensor indptr, int64_t size) {
   call.finish();
   return out;
 }
+
+Tensor gather_csr_cuda(Tensor src, Tensor indptr, int64_t size) { return gather_into(src, indptr, size, nullptr); }
+
+void gather_csr_out_cuda(Tensor src, Tensor indptr, Tensor out) { gather_into(src, indptr, -1, &out); }
 
 // Runs f(tag) for the floating-point dtypes (dispatch_dtype rejects the others with the CPU's message;
 // the integer instantiations are never called and not compiled).
@@ -477,6 +496,8 @@ extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_take_err
 STABLE_TORCH_LIBRARY_IMPL(torch_segops, CUDA, m) {
   m.impl("segment_reduce", TORCH_BOX(&torch_segops::cuda::segment_reduce_cuda));
   m.impl("gather_csr", TORCH_BOX(&torch_segops::cuda::gather_csr_cuda));
+  m.impl("segment_reduce_out", TORCH_BOX(&torch_segops::cuda::segment_reduce_out_cuda));
+  m.impl("gather_csr_out", TORCH_BOX(&torch_segops::cuda::gather_csr_out_cuda));
   m.impl("segment_softmax", TORCH_BOX(&torch_segops::cuda::segment_softmax_cuda));
   m.impl("segment_softmax_backward", TORCH_BOX(&torch_segops::cuda::segment_softmax_backward_cuda));
 }
