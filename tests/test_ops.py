@@ -500,6 +500,35 @@ def test_one_feature_sums_see_only_their_rows(dtype, tail):
         R.assert_reduction_close(got, expected, clean, indptr, reduce, what=f"one feature {reduce} {dtype}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_one_feature_sum_does_not_depend_on_the_segments_around_it(dtype):
+    """Short one-feature segments are summed several at a time (a batch shares one horizontal sum):
+    the same rows must give bitwise the same sum wherever the segment sits among the others."""
+    g = torch.Generator().manual_seed(7)
+    # magnitudes 2^0 .. 2^top: another order of the additions would round differently
+    top = 10 if dtype == torch.float16 else 40
+    probes = [torch.randn(n, generator=g) * 2.0 ** torch.randint(0, top, (n,), generator=g)
+              for n in (3, 5, 8, 12, 19, 27, 32, 45, 70)]
+    parts, bounds, where = [], [0], {n: [] for n in range(len(probes))}
+    for slot in range(8):  # each probe as segment k with k % 8 == slot, after random filler segments
+        for i, probe in enumerate(probes):
+            while (len(bounds) - 1) % 8 != slot or len(parts) % 3 != i % 3:
+                n = int(torch.randint(0, 20, (1,), generator=g))
+                parts.append(torch.randn(n, generator=g))
+                bounds.append(bounds[-1] + n)
+            parts.append(probe)
+            bounds.append(bounds[-1] + probe.numel())
+            where[i].append(len(bounds) - 2)
+    src = torch.cat(parts).to(dtype)
+    assert src.numel() + len(bounds) < 1 << 15, "the probes must not cross a parallel chunk"
+    indptr = torch.tensor(bounds)
+    for reduce in ("sum", "mean"):
+        got = so.segment_csr(src, indptr, reduce=reduce)
+        for i, segs in where.items():
+            same = got[segs]
+            assert torch.equal(same, same[:1].expand_as(same)), f"{reduce} probe {i}: {same.tolist()}"
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
 def test_large_segment_ties_across_chunks(dtype):
     n = 400_000

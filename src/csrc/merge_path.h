@@ -45,4 +45,41 @@ SEGOPS_HD MergeCoord merge_path_search_from(const int64_t* indptr, int64_t S, in
   return merge_path_search_in(indptr, nnz, diag, from.seg, reach < S ? reach : S);
 }
 
+// The same as merge_path_search_from, probing first at from.seg + hint (the caller's guess of how many
+// segment ends the step passes: the previous chunk's count) and then at doubling distances from it
+// before a binary search of the bracket found. A steady segmentation needs a few probes in cache lines
+// next to the guess, instead of a binary search over the whole reach whose every probe misses the cache.
+SEGOPS_HD MergeCoord merge_path_search_near(const int64_t* indptr, int64_t S, int64_t nnz, int64_t diag,
+                                            MergeCoord from, int64_t hint) {
+  const int64_t base = indptr[0];
+  const int64_t reach = from.seg + (diag - from.seg - from.row);
+  int64_t lo = diag - nnz > from.seg ? diag - nnz : from.seg;
+  int64_t hi = reach < S ? reach : S;
+  hi = diag < hi ? diag : hi;
+  // The answer lies in [lo, hi]; segment end k comes before the split iff k < answer.
+  auto before = [&](int64_t k) { return indptr[k + 1] - base <= diag - k - 1; };
+  int64_t g = from.seg + (hint > 0 ? hint : 0);
+  g = g < lo ? lo : g > hi ? hi : g;
+  if (g < hi && before(g)) {
+    lo = g + 1;
+    for (int64_t step = 1; g + step < hi; step *= 2) {
+      if (!before(g + step)) {
+        hi = g + step;
+        break;
+      }
+      lo = g + step + 1;
+    }
+  } else {
+    hi = g;
+    for (int64_t step = 1; g - step >= lo; step *= 2) {
+      if (before(g - step)) {
+        lo = g - step + 1;
+        break;
+      }
+      hi = g - step;
+    }
+  }
+  return merge_path_search_in(indptr, nnz, diag, lo, hi);
+}
+
 }  // namespace torch_segops

@@ -1,6 +1,6 @@
 // Typed CPU kernels: merge-path chunked reductions and row-chunked expansions. This file is compiled
-// once per instruction set (SEGOPS_CPU_ISA: baseline x86-64 / any CPU, and avx2 = x86-64-v3 where
-// the target is x86-64); kernels.h picks one at run time.
+// once per instruction set (SEGOPS_CPU_ISA: baseline x86-64 / any CPU; avx2 = x86-64-v3 and avx512 =
+// x86-64-v4 where the target is x86-64); kernels.h picks one at run time.
 //
 // Reductions: the merge path of (segment ends, rows) is cut into chunks of a fixed number of items that
 // depends only on the feature count, so every core gets the same amount of work whatever the segment
@@ -22,6 +22,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/reduce_piece.h"
+#include "cpu/segment_sums.h"
 #include "cpu/vec_math.h"
 #include "csr_args.h"
 #include "merge_path.h"
@@ -67,6 +68,16 @@ inline void reduce_whole_segments(typename Op::State* st, const Load& load, cons
                                   int64_t s_end, int64_t b, const CsrArgs& a, int64_t f0, int64_t fn_rt,
                                   OutT* out, int64_t* arg) {
   const int64_t fn = kFn > 0 ? kFn : fn_rt, N = a.N, F = a.F;
+#if defined(__AVX2__)
+  if constexpr (kFn == 1 && kSumsSegmentsF1<Op, Load>) {
+    if (F == 1) {
+      sum_segments_f1(load, p, s, s_end, b * N, [&](int64_t k, float sum, int64_t count) {
+        out[b * a.S + k] = static_cast<OutT>(Op::finalize(typename Op::State{sum}, count));
+      });
+      return;
+    }
+  }
+#endif
   for (; s < s_end; ++s) {
     const int64_t lo = p[s], count = p[s + 1] - lo;
     reduce_piece<Op>(st, load, (b * N + lo) * F + f0, F, fn, lo, count);
@@ -105,7 +116,7 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
 
   torch::stable::parallel_for(0, nchunks * ntiles, 1, [&](int64_t u0, int64_t u1) {
     std::vector<State> st(static_cast<size_t>(ft));
-    int64_t prev_c = -1, prev_b = -1;
+    int64_t prev_c = -1, prev_b = -1, prev_segs = 0;
     MergeCoord prev_end{0, 0};
     for (int64_t u = u0; u < u1; ++u) {
       int64_t c, b, f0, fn;
@@ -114,11 +125,16 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
       const int64_t base = p[0], nnz = p[S] - p[0];
       const int64_t d0 = (c - chunk_start[b]) * W;
       // the previous chunk's end is this one's start (one feature tile: consecutive units)
-      const MergeCoord m0 = c == prev_c + 1 && b == prev_b ? prev_end : merge_path_search(p, S, nnz, d0);
-      const MergeCoord m1 = merge_path_search_from(p, S, nnz, std::min(d0 + W, S + nnz), m0);
+      // (and it likely holds as many segment ends as the previous one)
+      const bool follows = c == prev_c + 1 && b == prev_b;
+      const MergeCoord m0 = follows ? prev_end : merge_path_search(p, S, nnz, d0);
+      const int64_t d1 = std::min(d0 + W, S + nnz);
+      const MergeCoord m1 = follows ? merge_path_search_near(p, S, nnz, d1, m0, prev_segs)
+                                    : merge_path_search_from(p, S, nnz, d1, m0);
       prev_c = ntiles == 1 ? c : -2;
       prev_b = b;
       prev_end = m1;
+      prev_segs = m1.seg - m0.seg;
       // Segments [m0.seg, m1.seg) end in this chunk; m1.seg (if < S) is still open at its end.
       const int64_t s_end = std::min(m1.seg, S);
       int64_t s = m0.seg;

@@ -73,14 +73,14 @@ template <typename T>
 constexpr bool kSumsInAvx2 = std::is_same_v<T, float> || std::is_same_v<T, torch::headeronly::BFloat16> ||
                              std::is_same_v<T, torch::headeronly::Half>;
 
-// Float sum of x[0, n) in 32 lanes: whole steps of 32, then one step that always runs and keeps only
-// the lanes below n. Segments of up to 32 rows then cost the same whatever their length, with no
-// branch to mispredict. That last step reads whole vectors (lanes past n are zeroed, not skipped)
-// when `readable` elements from x on lie in the array; near the array's end it reads a zero-padded
-// copy instead, so nothing past the array is read. The order of the additions depends on n only.
+// Float sum of x[0, n) in 8 lanes (their total is the sum): whole steps of 32 rows in four vectors,
+// then one step that always runs and keeps only the rows below n. Segments of up to 32 rows then cost
+// the same whatever their length, with no branch to mispredict. That last step reads whole vectors
+// (rows past n are zeroed, not skipped) when `readable` elements from x on lie in the array; near the
+// array's end it reads a zero-padded copy instead, so nothing past the array is read. The order of the
+// additions depends on n only.
 template <typename T>
-[[gnu::always_inline]] inline float sum_avx2(const T* x, int64_t n, int64_t readable) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+[[gnu::always_inline]] inline __m256 sum_lanes_avx2(const T* x, int64_t n, int64_t readable) {
   __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -92,16 +92,26 @@ template <typename T>
     for (int k = 0; k < 32; ++k) pad[k] = k < readable - i ? x[i + k] : T(0);
     last = pad;
   }
-  const __m256i left = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lane);
+  const __m256i left = _mm256_set1_epi32(static_cast<int>(n - i));
   for (int k = 0; k < 4; ++k) {
-    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, _mm256_set1_epi32(8 * k)));
+    const __m256i row = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * k));
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, row));
     a[k] = _mm256_add_ps(a[k], _mm256_and_ps(load8_f32(last + 8 * k), keep));
   }
-  const __m256 s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
+  return _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+}
+
+// The horizontal sum ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) (segment_sums.h sums eight
+// vectors at once in the same order).
+[[gnu::always_inline]] inline float hsum1(__m256 v) {
+  const __m256 t = _mm256_hadd_ps(v, v);
+  const __m256 u = _mm256_hadd_ps(t, t);
+  return _mm_cvtss_f32(_mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)));
+}
+
+template <typename T>
+[[gnu::always_inline]] inline float sum_avx2(const T* x, int64_t n, int64_t readable) {
+  return hsum1(sum_lanes_avx2(x, n, readable));
 }
 #endif
 
