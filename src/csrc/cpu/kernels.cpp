@@ -15,6 +15,7 @@
 // objects come first at link time, so the linker keeps their baseline copies.
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include <torch/csrc/stable/ops.h>
@@ -253,10 +254,10 @@ void softmax_kernel(const CsrArgs& a, const Tensor& out) {
   dispatch_dtype(a.src.scalar_type(), false, "segment_softmax_csr", "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    std::vector<A> lse(static_cast<size_t>(a.B * a.S * a.F));
+    const std::unique_ptr<A[]> lse(new A[static_cast<size_t>(a.B * a.S * a.F)]);  // all written by reduce_csr
     const T* x = cptr<T>(a.src);
-    reduce_csr<LogSumExpOp<A>>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, lse.data(), nullptr);
-    const A* l = lse.data();
+    reduce_csr<LogSumExpOp<A>>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, lse.get(), nullptr);
+    const A* l = lse.get();
     // A +inf in the segment makes the whole segment NaN, as torch.softmax does (inf - inf).
     constexpr A kInf = std::numeric_limits<A>::infinity(), kNaN = std::numeric_limits<A>::quiet_NaN();
     expand_csr(a, a.N, mptr<T>(out), [x, l](int64_t re, int64_t se) {
@@ -272,10 +273,10 @@ void softmax_backward_kernel(const CsrArgs& a, const Tensor& grad, const Tensor&
     using A = acc_t<T>;
     const T* y = cptr<T>(a.src);
     const T* gp = cptr<T>(grad);
-    std::vector<A> dot(static_cast<size_t>(a.B * a.S * a.F));
+    const std::unique_ptr<A[]> dot(new A[static_cast<size_t>(a.B * a.S * a.F)]);  // all written by reduce_csr
     reduce_csr<SumOp<A>>(
-        a, [y, gp](int64_t i) { return to_acc<A>(gp[i]) * to_acc<A>(y[i]); }, dot.data(), nullptr);
-    const A* d = dot.data();
+        a, [y, gp](int64_t i) { return to_acc<A>(gp[i]) * to_acc<A>(y[i]); }, dot.get(), nullptr);
+    const A* d = dot.get();
     expand_csr(a, a.N, mptr<T>(grad_in), [y, gp, d](int64_t re, int64_t se) {
       return static_cast<T>(to_acc<A>(y[re]) * (to_acc<A>(gp[re]) - d[se]));
     });

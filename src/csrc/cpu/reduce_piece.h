@@ -77,28 +77,33 @@ constexpr bool kSumsInAvx2 = std::is_same_v<T, float> || std::is_same_v<T, torch
 // then one step that always runs and keeps only the rows below n. Segments of up to 32 rows then cost
 // the same whatever their length, with no branch to mispredict. That last step reads whole vectors
 // (rows past n are zeroed, not skipped) when `readable` elements from x on lie in the array; near the
-// array's end it reads a zero-padded copy instead, so nothing past the array is read. The order of the
-// additions depends on n only.
-template <typename T>
+// array's end it reads a zero-padded copy instead, so nothing past the array is read. kEndReadable:
+// the caller knows that x[n + 31] lies in the array (no check). The order of the additions depends on
+// n only: the whole steps' four vectors summed pairwise, plus the last step's four summed pairwise.
+template <bool kEndReadable = false, typename T>
 [[gnu::always_inline]] inline __m256 sum_lanes_avx2(const T* x, int64_t n, int64_t readable) {
-  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 whole = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) a[k] = _mm256_add_ps(a[k], load8_f32(x + i + 8 * k));
+  if (n >= 32) {
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (; i + 32 <= n; i += 32) {
+      for (int k = 0; k < 4; ++k) a[k] = _mm256_add_ps(a[k], load8_f32(x + i + 8 * k));
+    }
+    whole = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
   }
   const T* last = x + i;
   T pad[32];
-  if (readable - i < 32) {
+  if (!kEndReadable && readable - i < 32) {
     for (int k = 0; k < 32; ++k) pad[k] = k < readable - i ? x[i + k] : T(0);
     last = pad;
   }
   const __m256i left = _mm256_set1_epi32(static_cast<int>(n - i));
+  __m256 t[4];
   for (int k = 0; k < 4; ++k) {
     const __m256i row = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * k));
-    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, row));
-    a[k] = _mm256_add_ps(a[k], _mm256_and_ps(load8_f32(last + 8 * k), keep));
+    t[k] = _mm256_and_ps(load8_f32(last + 8 * k), _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, row)));
   }
-  return _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+  return _mm256_add_ps(whole, _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3])));
 }
 
 // The horizontal sum ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) (segment_sums.h sums eight

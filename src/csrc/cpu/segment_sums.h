@@ -43,10 +43,18 @@ inline void sum_segments_f1(const Load& load, const int64_t* p, int64_t s, int64
   constexpr int kBatch = 8;
   __m256 v[kBatch];
   float sums[kBatch];
-  auto batch = [&](int64_t s0, int m) {
+  auto lanes = [&](auto end_readable, int64_t s0, int m) {
     for (int k = 0; k < m; ++k) {
       const int64_t e = elem_base + p[s0 + k];
-      v[k] = sum_lanes_avx2(load.x + e, p[s0 + k + 1] - p[s0 + k], load.n - e);
+      v[k] = sum_lanes_avx2<decltype(end_readable)::value>(load.x + e, p[s0 + k + 1] - p[s0 + k], load.n - e);
+    }
+  };
+  auto batch = [&](int64_t s0, int m) {
+    // Checked once per batch: every segment's last step ends before the batch's end + 32.
+    if (elem_base + p[s0 + m] + 32 <= load.n) {
+      lanes(std::true_type{}, s0, m);
+    } else {
+      lanes(std::false_type{}, s0, m);
     }
     hsum8(v, sums);
     for (int k = 0; k < m; ++k) emit(s0 + k, sums[k], p[s0 + k + 1] - p[s0 + k]);
