@@ -1,6 +1,6 @@
 // Typed CPU kernels: merge-path chunked reductions and row-chunked expansions. This file is compiled
-// once per instruction set (SEGOPS_CPU_ISA: baseline x86-64 / any CPU; avx2 = x86-64-v3 and avx512 =
-// x86-64-v4 where the target is x86-64); kernels.h picks one at run time.
+// once per instruction set (SEGOPS_CPU_ISA: baseline x86-64 / any CPU, and avx2 = x86-64-v3 where
+// the target is x86-64); kernels.h picks one at run time.
 //
 // Reductions: the merge path of (segment ends, rows) is cut into chunks of a fixed number of items that
 // depends only on the feature count, so every core gets the same amount of work whatever the segment
