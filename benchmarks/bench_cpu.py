@@ -25,13 +25,13 @@ import common as C  # noqa: E402
 import torch_segops as so  # noqa: E402
 
 
-def _segops(op, src, indptr):
+def _segops(op, src, indptr, out=None):
     if op in ("sum", "mean"):
-        return lambda: so.segment_csr(src, indptr, reduce=op)
+        return lambda: so.segment_csr(src, indptr, out=out, reduce=op)
     if op == "max":
-        return lambda: so.segment_max_csr(src, indptr)
+        return lambda: so.segment_max_csr(src, indptr, out=out)
     if op == "gather":
-        return lambda: so.gather_csr(src, indptr)
+        return lambda: so.gather_csr(src, indptr, out=out)
     if op == "softmax":
         return lambda: so.segment_softmax_csr(src, indptr)
     raise ValueError(op)
@@ -52,6 +52,8 @@ def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, rounds, reps, m
         # read bandwidth on the big tensor of this op: src for reductions/softmax, the output for gather
         big = outs[0] if op == "gather" else op_src
         alts = C.alternatives(op, op_src, indptr, index, n_seg, rows)
+        if op != "softmax":  # the same op writing into a preallocated out=: no allocation, no first touch
+            alts[SEGOPS_OUT] = _segops(op, op_src, indptr, out=torch.empty_like(outs[0]))
         med, per_round = C.interleaved_times({SEGOPS: fn, READ: lambda: big.sum(), **alts}, rounds=rounds,
                                              repeats=reps, max_seconds=max_seconds)
         row = C.Row(
@@ -71,7 +73,7 @@ def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, rounds, reps, m
     return out_rows
 
 
-SEGOPS, READ = "torch_segops", "read"
+SEGOPS, SEGOPS_OUT, READ = "torch_segops", "torch_segops out=", "read"
 FULL = [
     # label, rows, feat, n_seg, segmentation, {dtype: ops}
     ("2M x 64, 100k random segments", 2_000_000, 64, 100_000, "random",
@@ -95,6 +97,10 @@ NOTES = """\
 - GB/s = (src + out + indptr bytes) / time (max also writes its int64 arg; gather's src is the
   per-segment tensor and its out the expanded one). Every call allocates its output, as user code does:
   on a VM where first-touch page faults are slow, that cost is in every column.
+- "torch_segops out=" is the same call writing into a preallocated `out=` (not a native alternative, not in
+  the speedup): the kernel without the output's allocation and first-touch page faults. On this project's
+  VMs fresh memory is sometimes several times slower to touch than at other times (episodes lasting
+  minutes), and a row whose torch_segops time is far above its out= time ran in one.
 - "read GB/s" is `x.sum()` on the op's big tensor in the same run (src; for gather the output), i.e.
   what this machine can stream; "segops % of read" compares torch_segops' GB/s with it.
 - "speedup vs best native" = fastest torch-native alternative time / torch_segops time (torch_scatter is
