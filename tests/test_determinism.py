@@ -120,3 +120,24 @@ def test_large_results_are_also_correct(inputs):
     scale, _ = R.segment(src.double().abs(), indptr, "sum")
     diff = (so.segment_sum_csr(src, indptr).double() - expected).abs()
     assert bool((diff <= 8 * torch.finfo(torch.float32).eps * scale).all()), diff.max()
+
+
+def test_concurrent_calls_from_several_threads():
+    """Calls from several Python threads at once (each thread keeps its own scratch memory for partial
+    states between calls) give bitwise the results of the same calls made one after another."""
+    import concurrent.futures
+
+    g = torch.Generator().manual_seed(11)
+    jobs = []
+    for i in range(8):
+        rows = 20_000 + 3_000 * i
+        cuts = torch.randint(0, rows + 1, (300 + 50 * i,), generator=g).sort().values
+        indptr = torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.tensor([rows])])
+        src = torch.randn(rows, 1 + 7 * (i % 3), generator=g)
+        jobs.append((src, indptr, ("sum", "max", "mean", "min")[i % 4]))
+    call = lambda job: so.segment_csr(job[0], job[1], reduce=job[2])  # noqa: E731
+    serial = [call(job) for job in jobs]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        for _ in range(3):
+            for got, want in zip(pool.map(call, jobs), serial):
+                assert torch.equal(got, want)

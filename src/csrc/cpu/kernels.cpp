@@ -14,8 +14,10 @@
 // standard library and torch headers that stay out of line are shared across the sets: the baseline
 // objects come first at link time, so the linker keeps their baseline copies.
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <torch/csrc/stable/ops.h>
@@ -46,6 +48,47 @@ constexpr int64_t kFeatureTile = kMaxPieceFeatures;  // features per work unit
 constexpr int64_t kMinItems = 64;         // merge-path items per chunk, at least
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Memory for reduce_csr's partial states, kept by each calling thread between calls (up to
+// kKeptScratchBytes): allocated anew per call, it was faulted in page by page every time (18% of a
+// 2M x 64 max in `perf`, whose states take 8 MB). Larger requests, and a nested request while the
+// thread's buffer is in use, get memory of their own. The contents are never read before written.
+constexpr size_t kKeptScratchBytes = size_t{64} << 20;
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes) {
+    const size_t words = (bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+    Kept& kept = kept_buffer();
+    if (bytes <= kKeptScratchBytes && !kept.in_use) {
+      if (kept.buf.size() < words) kept.buf.resize(words);
+      kept.in_use = true;
+      kept_ = &kept;
+      ptr_ = kept.buf.data();
+    } else {
+      own_.reset(new std::max_align_t[words]);
+      ptr_ = own_.get();
+    }
+  }
+  ~Scratch() {
+    if (kept_ != nullptr) kept_->in_use = false;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  struct Kept {
+    std::vector<std::max_align_t> buf;
+    bool in_use = false;
+  };
+  static Kept& kept_buffer() {
+    thread_local Kept kept;
+    return kept;
+  }
+  Kept* kept_ = nullptr;
+  std::unique_ptr<std::max_align_t[]> own_;
+  void* ptr_ = nullptr;
+};
 
 template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
 template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
@@ -105,7 +148,11 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
   const int64_t nchunks = chunk_start[B];
   // Partial states of segments that cross chunk borders: `carry` for the segment still open at a
   // chunk's end, `head` for one that started before the chunk and ends in it.
-  std::vector<State> carry(static_cast<size_t>(nchunks * F)), head(static_cast<size_t>(nchunks * F));
+  const size_t nstates = static_cast<size_t>(nchunks * F);
+  static_assert(std::is_trivial_v<State>, "partial states live in raw scratch memory");
+  const Scratch scratch(2 * nstates * sizeof(State));
+  State* const carry = scratch.as<State>();
+  State* const head = carry + nstates;
   std::vector<int64_t> carry_seg(static_cast<size_t>(nchunks), -1), head_seg(static_cast<size_t>(nchunks), -1);
 
   auto unit_of = [&](int64_t u, int64_t& c, int64_t& b, int64_t& f0, int64_t& fn) {
@@ -141,7 +188,7 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
       int64_t s = m0.seg;
       if (s < s_end && p[s] - base < m0.row) {  // started in an earlier chunk, ends here
         const int64_t lo = m0.row, count = p[s + 1] - base - lo;
-        reduce_piece<Op>(head.data() + c * F + f0, load, (b * N + base + lo) * F + f0, F, fn, base + lo, count);
+        reduce_piece<Op>(head + c * F + f0, load, (b * N + base + lo) * F + f0, F, fn, base + lo, count);
         if (f0 == 0) head_seg[c] = b * S + s;
         ++s;
       }
@@ -154,7 +201,7 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
       if (m1.seg < S) {  // still open at the chunk's end
         const int64_t lo = std::max(p[m1.seg] - base, m0.row), count = m1.row - lo;
         if (count > 0) {
-          reduce_piece<Op>(carry.data() + c * F + f0, load, (b * N + base + lo) * F + f0, F, fn, base + lo, count);
+          reduce_piece<Op>(carry + c * F + f0, load, (b * N + base + lo) * F + f0, F, fn, base + lo, count);
           if (f0 == 0) carry_seg[c] = b * S + m1.seg;
         }
       }
