@@ -73,13 +73,31 @@ template <typename T>
 constexpr bool kSumsInAvx2 = std::is_same_v<T, float> || std::is_same_v<T, torch::headeronly::BFloat16> ||
                              std::is_same_v<T, torch::headeronly::Half>;
 
-// Float sum of x[0, n) in 8 lanes (their total is the sum): whole steps of 32 rows in four vectors,
-// then one step that always runs and keeps only the rows below n. Segments of up to 32 rows then cost
-// the same whatever their length, with no branch to mispredict. That last step reads whole vectors
-// (rows past n are zeroed, not skipped) when `readable` elements from x on lie in the array; near the
-// array's end it reads a zero-padded copy instead, so nothing past the array is read. kEndReadable:
-// the caller knows that x[n + 31] lies in the array (no check). The order of the additions depends on
-// n only: the whole steps' four vectors summed pairwise, plus the last step's four summed pairwise.
+// Float sum of rows [0, n) of x, n <= 32, in 8 lanes (their total is the sum): four vectors that
+// always run and keep only the rows below n, so a segment of up to 32 rows costs the same whatever its
+// length, with no branch to mispredict. The vectors are read whole (rows past n are zeroed, not
+// skipped) when `readable` elements from x on lie in the array; near the array's end a zero-padded copy
+// is read instead, so nothing past the array is read. kEndReadable: the caller knows that x[31] lies in
+// the array (no check). The four vectors are summed pairwise.
+template <bool kEndReadable = false, typename T>
+[[gnu::always_inline]] inline __m256 sum_window_avx2(const T* x, int64_t n, int64_t readable) {
+  const T* last = x;
+  T pad[32];
+  if (!kEndReadable && readable < 32) {
+    for (int k = 0; k < 32; ++k) pad[k] = k < readable ? x[k] : T(0);
+    last = pad;
+  }
+  const __m256i left = _mm256_set1_epi32(static_cast<int>(n));
+  __m256 t[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m256i row = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * k));
+    t[k] = _mm256_and_ps(load8_f32(last + 8 * k), _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, row)));
+  }
+  return _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3]));
+}
+
+// Float sum of x[0, n) in 8 lanes: whole steps of 32 rows in four vectors (summed pairwise), plus
+// sum_window_avx2 of the rest. The order of the additions depends on n only.
 template <bool kEndReadable = false, typename T>
 [[gnu::always_inline]] inline __m256 sum_lanes_avx2(const T* x, int64_t n, int64_t readable) {
   __m256 whole = _mm256_setzero_ps();
@@ -91,19 +109,7 @@ template <bool kEndReadable = false, typename T>
     }
     whole = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
   }
-  const T* last = x + i;
-  T pad[32];
-  if (!kEndReadable && readable - i < 32) {
-    for (int k = 0; k < 32; ++k) pad[k] = k < readable - i ? x[i + k] : T(0);
-    last = pad;
-  }
-  const __m256i left = _mm256_set1_epi32(static_cast<int>(n - i));
-  __m256 t[4];
-  for (int k = 0; k < 4; ++k) {
-    const __m256i row = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * k));
-    t[k] = _mm256_and_ps(load8_f32(last + 8 * k), _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, row)));
-  }
-  return _mm256_add_ps(whole, _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3])));
+  return _mm256_add_ps(whole, sum_window_avx2<kEndReadable>(x + i, n - i, readable - i));
 }
 
 // The horizontal sum ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) (segment_sums.h sums eight
