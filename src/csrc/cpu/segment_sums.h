@@ -23,7 +23,8 @@ SEGOPS_ISA_NAMESPACE_BEGIN
 // Whether sum_segments_f1 serves Op over this load: a float sum or mean of float, bfloat16 or float16.
 template <class Op, class Load> constexpr bool kSumsSegmentsF1 = [] {
   if constexpr (is_array_load<Load>::value) {
-    return std::is_same_v<typename Op::State, SumOp<float>::State> && kSumsInAvx2<typename is_array_load<Load>::type>;
+    return std::is_same_v<typename Op::State, SumOp<float>::State> &&
+           kSumsInAvx2<typename is_array_load<Load>::type>;
   } else {
     return false;
   }
@@ -33,7 +34,8 @@ template <class Op, class Load> constexpr bool kSumsSegmentsF1 = [] {
 [[gnu::always_inline]] inline void hsum8(const __m256* v, float* sums) {
   const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
   const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-  _mm256_storeu_ps(sums, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  const __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20), hi = _mm256_permute2f128_ps(u0, u1, 0x31);
+  _mm256_storeu_ps(sums, _mm256_add_ps(lo, hi));
 }
 
 // Float sums of whole segments [s, s_end) of one feature: segment k's rows are the elements
@@ -59,7 +61,8 @@ inline void sum_segments_f1(const Load& load, const int64_t* p, int64_t s, int64
     for (int j = 0; j < nlonger; ++j) {
       const int k = longer[j];
       const int64_t e = elem_base + p[s0 + k] + 32;
-      v[k] = _mm256_add_ps(v[k], sum_lanes_avx2<kEnd>(load.x + e, p[s0 + k + 1] - p[s0 + k] - 32, load.n - e));
+      const int64_t rest = p[s0 + k + 1] - p[s0 + k] - 32;
+      v[k] = _mm256_add_ps(v[k], sum_lanes_avx2<kEnd>(load.x + e, rest, load.n - e));
     }
   };
   auto batch = [&](int64_t s0, int m) {
