@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -349,6 +351,40 @@ def test_gather_out_is_overwritten_and_returned(dtype):
         ret = so.gather_csr(src, indptr, out=out)
     assert ret is out
     R.assert_equal(out, R.gather(src, indptr, 9), "gather out=")
+
+
+def _out_at_offset(shape, dtype, offset):
+    """A contiguous garbage-filled tensor `offset` elements into its storage (offset 1: not aligned)."""
+    n = math.prod(shape)
+    return _garbage((n + offset,), dtype)[offset:].view(shape)
+
+
+@pytest.mark.parametrize("feat", [8, 12, 64])
+@pytest.mark.parametrize("offset", [0, 1], ids=lambda o: f"offset{o}")
+def test_large_out_is_written_like_a_new_output(feat, offset):
+    """An out= of 16 MiB or more is written with streaming stores where a row is 32-byte aligned and a
+    multiple of 32 bytes (feat 8 and 64 at offset 0), with ordinary stores elsewhere: the values are
+    bitwise those of a new output, for reductions (with arg) and gather."""
+    g = torch.Generator().manual_seed(feat + offset)
+    n_seg = (16 << 20) // (4 * feat) + 123  # a float32 [n_seg, feat] output just above 16 MiB
+    lengths = torch.randint(0, 5, (n_seg,), generator=g)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    src = torch.randn(int(indptr[-1]), feat, generator=g)
+    for reduce in ("sum", "mean", "max"):
+        out = _out_at_offset((n_seg, feat), torch.float32, offset)
+        ret = NAMED[reduce](src, indptr, out=out)
+        fresh = NAMED[reduce](src, indptr)
+        if reduce == "max":
+            R.assert_equal(ret[1], fresh[1], f"large out= {reduce} arg")
+            ret, fresh = ret[0], fresh[0]
+        assert ret is out
+        R.assert_equal(out, fresh, f"large out= {reduce}")
+    vals = torch.randn(n_seg, feat, generator=g)
+    rows = int(indptr[-1]) + 3
+    out = _out_at_offset((rows, feat), torch.float32, offset)
+    assert so.gather_csr(vals, indptr, out=out) is out
+    expected = torch.cat([vals.repeat_interleave(lengths, dim=0), torch.zeros(3, feat)])
+    R.assert_equal(out, expected, "large gather out=")
 
 
 class _RecordingOps:
