@@ -192,13 +192,15 @@ def test_min_max_propagate_nan(reduce):
 SPECIAL = [float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0, -1.0, 3.0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("features", [1, 2, 5, 16, 37, 300], ids=lambda f: f"F{f}")
 @pytest.mark.parametrize("reduce", ["min", "max"])
-def test_min_max_special_values_match_reference(reduce, features):
+def test_min_max_special_values_match_reference(reduce, features, dtype):
     # Random mixes of +-inf, NaN, signed zeros and ties, over feature counts that take every code path
-    # (1 and 2: row lanes; 5, 16, 37: feature loops; 300: more than one feature tile).
+    # (1: row lanes; 2 and 5: scalar feature blocks; 16, 37: vector blocks (of 8 float or 4 double lanes)
+    # and scalar tails; 300: more than one feature tile).
     gen = torch.Generator().manual_seed(features)
-    src = torch.tensor(SPECIAL)[torch.randint(len(SPECIAL), (97, features), generator=gen)]
+    src = torch.tensor(SPECIAL, dtype=dtype)[torch.randint(len(SPECIAL), (97, features), generator=gen)]
     indptr = torch.tensor([0, 0, 1, 7, 7, 40, 41, 97])
     values, arg = NAMED[reduce](src, indptr)
     ref_values, ref_arg = R.segment(src, indptr, reduce)
@@ -212,6 +214,14 @@ def test_min_max_integer_extremes(reduce, dtype):
     info = torch.iinfo(dtype)
     src = torch.tensor([[info.min, info.max], [info.min, info.max], [info.max, info.min], [5, 5]], dtype=dtype)
     indptr = torch.tensor([0, 3, 3, 4])
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(values, ref_values) and torch.equal(arg, ref_arg), (values, arg, ref_values, ref_arg)
+    # 13 features: vector blocks (4 lanes of int64) and a scalar tail; few distinct values: many ties
+    gen = torch.Generator().manual_seed(13)
+    picks = torch.tensor([info.min, info.max, 0, 5], dtype=dtype)
+    src = picks[torch.randint(4, (50, 13), generator=gen)]
+    indptr = torch.tensor([0, 1, 1, 9, 30, 50])
     values, arg = NAMED[reduce](src, indptr)
     ref_values, ref_arg = R.segment(src, indptr, reduce)
     assert torch.equal(values, ref_values) and torch.equal(arg, ref_arg), (values, arg, ref_values, ref_arg)

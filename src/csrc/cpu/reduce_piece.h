@@ -3,13 +3,16 @@
 // the compiler vectorises, selects included; with one or two features, rows go round-robin to
 // independent register lanes instead.
 //
-// Reducers whose step does not vectorise get two passes over the piece, which is small enough to
-// stay in cache (a chunk holds at most kChunkElems elements):
-//   min/max with arg: the extreme value, then the first row that holds it;
-//   logsumexp: the max, then the sum of exp(x - max).
+// Reducers whose step does not vectorise as written get their own loops:
+//   min/max with arg over several features: one pass with explicit vectors of values and row numbers
+//   (the auto-vectoriser left blocks of fewer than 32 float features scalar);
+//   min/max with arg over one feature: the extreme value, then the first row that holds it;
+//   logsumexp: two passes over the piece, which is small enough to stay in cache (a chunk holds at most
+//   kChunkElems elements): the max, then the sum of exp(x - max).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -198,8 +201,9 @@ template <typename A, bool kIsMax> struct ExtremeValueOp {
 };
 
 template <class Op> struct TwoPass { static constexpr int kind = 0; };
-template <typename T, bool kIsMax> struct TwoPass<ArgExtremumOp<T, kIsMax>> {
+template <typename T, bool kMax> struct TwoPass<ArgExtremumOp<T, kMax>> {
   static constexpr int kind = 1;
+  static constexpr bool kIsMax = kMax;
   using A = T;
   using ValueOp = ExtremeValueOp<T, kIsMax>;
 };
@@ -210,6 +214,79 @@ template <typename T> struct TwoPass<LogSumExpOp<T>> {
 };
 
 constexpr int64_t kMaxPieceFeatures = 256;  // fn <= this (the feature tile of a work unit)
+
+// 32 bytes of A as a GCC/Clang vector (the instruction set's vectors: one AVX2 register, two SSE2 ones),
+// and row numbers as wide as A, so that one comparison mask selects both. Rows of a piece fit in
+// int32 (a chunk has at most kChunkElems of them).
+template <typename T> struct Lanes {
+  using A = T;
+  static constexpr int kN = 32 / sizeof(A);
+  using Pos = std::conditional_t<sizeof(A) <= 4, int32_t, int64_t>;
+  typedef A V __attribute__((vector_size(32)));
+  typedef Pos P __attribute__((vector_size(32)));
+};
+
+// v = elements [e, e + kN) as A: one unaligned load where the input already holds A. (An out parameter:
+// a 32-byte vector returned by value is an ABI note in the baseline set.)
+template <class L, class Load>
+[[gnu::always_inline]] inline void load_lanes(const Load& load, int64_t e, typename L::V& v) {
+  if constexpr (is_array_load<Load>::value) {
+    if constexpr (std::is_same_v<typename is_array_load<Load>::type, typename L::A>) {
+      std::memcpy(&v, load.x + e, sizeof v);
+      return;
+    }
+  }
+  typename L::A a[L::kN];
+  for (int l = 0; l < L::kN; ++l) a[l] = load(e + l);
+  std::memcpy(&v, a, sizeof v);
+}
+
+// Min or max over rows [0, count >= 1) of fn features with the first row that holds it, in one pass: a
+// row replaces a feature's extreme when it is better, or when it is NaN and the extreme is not (the
+// first NaN wins and stays), as ArgExtremumOp::step does. Blocks of whole vectors run on Lanes; fewer
+// features than a vector holds run as scalars.
+template <class Op, class Load>
+[[gnu::noinline]] void arg_extremum_piece(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
+                                          int64_t fn, int64_t pos0, int64_t count) {
+  using A = typename TwoPass<Op>::A;
+  using L = Lanes<A>;
+  using Pos = typename L::Pos;
+  constexpr bool kIsMax = TwoPass<Op>::kIsMax;
+  for_feature_blocks<4 * L::kN>(fn, [&](auto B, int64_t f0) {
+    if constexpr (B >= L::kN) {
+      constexpr int NV = B / L::kN;
+      typename L::V m[NV];
+      typename L::P idx[NV];
+      for (int v = 0; v < NV; ++v) load_lanes<L>(load, elem0 + f0 + v * L::kN, m[v]), idx[v] = typename L::P{};
+      for (int64_t r = 1; r < count; ++r) {
+        const typename L::P row = typename L::P{} + static_cast<Pos>(r);
+        for (int v = 0; v < NV; ++v) {
+          typename L::V x;
+          load_lanes<L>(load, elem0 + r * F + f0 + v * L::kN, x);
+          const auto take = ((kIsMax ? x > m[v] : x < m[v]) | (x != x)) & (m[v] == m[v]);
+          m[v] = take ? x : m[v];
+          idx[v] = take ? row : idx[v];
+        }
+      }
+      for (int v = 0; v < NV; ++v) {
+        for (int l = 0; l < L::kN; ++l) st[f0 + v * L::kN + l] = {m[v][l], pos0 + idx[v][l]};
+      }
+    } else {
+      A m[B];
+      Pos idx[B];
+      for (int f = 0; f < B; ++f) m[f] = load(elem0 + f0 + f), idx[f] = 0;
+      for (int64_t r = 1; r < count; ++r) {
+        for (int f = 0; f < B; ++f) {
+          const A x = load(elem0 + r * F + f0 + f);
+          const bool take = (Op::better(x, m[f]) | is_nan(x)) & !is_nan(m[f]);
+          m[f] = take ? x : m[f];
+          idx[f] = take ? static_cast<Pos>(r) : idx[f];
+        }
+      }
+      for (int f = 0; f < B; ++f) st[f0 + f] = {m[f], pos0 + idx[f]};
+    }
+  });
+}
 
 template <class Op, class Load>
 inline void reduce_piece(typename Op::State* st, const Load& load, int64_t elem0, int64_t F, int64_t fn,
@@ -224,35 +301,18 @@ inline void reduce_piece(typename Op::State* st, const Load& load, int64_t elem0
       for (int64_t f = 0; f < fn; ++f) st[f] = Op::identity();
       return;
     }
+    if constexpr (P::kind == 1) {
+      if (fn > 1) return arg_extremum_piece<Op>(st, load, elem0, F, fn, pos0, count);
+    }
     typename VOp::State ext[kMaxPieceFeatures];
     reduce_piece_one_pass<VOp>(ext, load, elem0, F, fn, pos0, count);
-    if constexpr (P::kind == 1) {  // the first row holding the extreme (a NaN extreme: the first NaN)
-      if (fn == 1) {
-        int64_t r = 0;
-        for (; r < count; ++r) {
-          const A x = load(elem0 + r * F);
-          if (x == ext[0].v || (is_nan(x) && is_nan(ext[0].v))) break;
-        }
-        st[0] = {ext[0].v, pos0 + r};
-        return;
+    if constexpr (P::kind == 1) {  // one feature: the first row holding the extreme (a NaN extreme: the first NaN)
+      int64_t r = 0;
+      for (; r < count; ++r) {
+        const A x = load(elem0 + r * F);
+        if (x == ext[0].v || (is_nan(x) && is_nan(ext[0].v))) break;
       }
-      // Rows of a piece fit in int32 (a chunk has at most kChunkElems of them): lanes as wide as a
-      // float value, so the select vectorises. Rows run backwards: the last hit is the first row.
-      using Pos = std::conditional_t<sizeof(A) <= 4, int32_t, int64_t>;
-      for_feature_blocks<kBlockOf<A, 128>>(fn, [&](auto B, int64_t f0) {
-        A m[B];
-        Pos idx[B];
-        for (int f = 0; f < B; ++f) m[f] = ext[f0 + f].v, idx[f] = 0;
-        for (int64_t r = count - 1; r >= 0; --r) {
-          const int64_t e = elem0 + r * F + f0;
-          for (int f = 0; f < B; ++f) {
-            const A x = load(e + f);
-            const bool hit = (x == m[f]) | (is_nan(x) & is_nan(m[f]));
-            idx[f] = hit ? static_cast<Pos>(r) : idx[f];
-          }
-        }
-        for (int f = 0; f < B; ++f) st[f0 + f] = {m[f], pos0 + idx[f]};
-      });
+      st[0] = {ext[0].v, pos0 + r};
     } else {  // sum of exp(x - max); x == max counts 1 exactly, which also covers max = +-inf
       for_feature_blocks<kBlockOf<A, 128>>(fn, [&](auto B, int64_t f0) {
         A m[B], sum[B];
