@@ -372,9 +372,9 @@ def _out_at_offset(shape, dtype, offset):
 @pytest.mark.parametrize("feat", [8, 12, 64])
 @pytest.mark.parametrize("offset", [0, 1], ids=lambda o: f"offset{o}")
 def test_large_out_is_written_like_a_new_output(feat, offset):
-    """An out= of 16 MiB or more is written with streaming stores where a row is 32-byte aligned and a
-    multiple of 32 bytes (feat 8 and 64 at offset 0), with ordinary stores elsewhere: the values are
-    bitwise those of a new output, for reductions (with arg) and gather."""
+    """An out= of 16 MiB or more, 32-byte aligned or not (offset 1), with rows of whole vectors or not
+    (feat 12), is written in place with bitwise the values of a new output, for reductions (with arg)
+    and gather."""
     g = torch.Generator().manual_seed(feat + offset)
     n_seg = (16 << 20) // (4 * feat) + 123  # a float32 [n_seg, feat] output just above 16 MiB
     lengths = torch.randint(0, 5, (n_seg,), generator=g)

@@ -25,7 +25,6 @@
 
 #include "cpu/kernels.h"
 #include "cpu/reduce_piece.h"
-#include "cpu/row_stores.h"
 #include "cpu/segment_sums.h"
 #include "cpu/vec_math.h"
 #include "csr_args.h"
@@ -98,10 +97,12 @@ template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutabl
 
 template <class Op, class OutT>
 inline void write_result(const typename Op::State* st, int64_t fn, int64_t count, int64_t N, OutT* out,
-                         int64_t* arg, int64_t o, bool stream) {
-  write_row(out + o, fn, stream, [&](int64_t f) { return static_cast<OutT>(Op::finalize(st[f], count)); });
+                         int64_t* arg, int64_t o) {
+  for (int64_t f = 0; f < fn; ++f) out[o + f] = static_cast<OutT>(Op::finalize(st[f], count));
   if constexpr (Op::kHasArg) {
-    if (arg != nullptr) write_row(arg + o, fn, stream, [&](int64_t f) { return count > 0 ? st[f].arg : N; });
+    if (arg != nullptr) {
+      for (int64_t f = 0; f < fn; ++f) arg[o + f] = count > 0 ? st[f].arg : N;
+    }
   }
 }
 
@@ -109,7 +110,7 @@ inline void write_result(const typename Op::State* st, int64_t fn, int64_t count
 template <class Op, int kFn, class OutT, class Load>
 inline void reduce_whole_segments(typename Op::State* st, const Load& load, const int64_t* p, int64_t s,
                                   int64_t s_end, int64_t b, const CsrArgs& a, int64_t f0, int64_t fn_rt,
-                                  OutT* out, int64_t* arg, bool stream) {
+                                  OutT* out, int64_t* arg) {
   const int64_t fn = kFn > 0 ? kFn : fn_rt, N = a.N, F = a.F;
 #if defined(__AVX2__)
   if constexpr (kFn == 1 && kSumsSegmentsF1<Op, Load>) {
@@ -124,14 +125,13 @@ inline void reduce_whole_segments(typename Op::State* st, const Load& load, cons
   for (; s < s_end; ++s) {
     const int64_t lo = p[s], count = p[s + 1] - lo;
     reduce_piece<Op>(st, load, (b * N + lo) * F + f0, F, fn, lo, count);
-    write_result<Op>(st, fn, count, N, out, arg, (b * a.S + s) * F + f0, stream);
+    write_result<Op>(st, fn, count, N, out, arg, (b * a.S + s) * F + f0);
   }
 }
 
 // out (and arg) are [B, S, F]; load(i) reads element i of the [B, N, F] input.
-// stream: write out and arg with streaming stores (row_stores.h).
 template <class Op, class OutT, class Load>
-void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg, bool stream) {
+void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
   using State = typename Op::State;
   const int64_t B = a.B, N = a.N, S = a.S, F = a.F;
   if (B == 0 || S == 0 || F == 0) return;
@@ -194,9 +194,9 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg, boo
       }
       if (fn == 1) {  // one feature: the state stays in a register
         State one[1];
-        reduce_whole_segments<Op, 1>(one, load, p, s, s_end, b, a, f0, 1, out, arg, stream);
+        reduce_whole_segments<Op, 1>(one, load, p, s, s_end, b, a, f0, 1, out, arg);
       } else {
-        reduce_whole_segments<Op, 0>(st.data(), load, p, s, s_end, b, a, f0, fn, out, arg, stream);
+        reduce_whole_segments<Op, 0>(st.data(), load, p, s, s_end, b, a, f0, fn, out, arg);
       }
       if (m1.seg < S) {  // still open at the chunk's end
         const int64_t lo = std::max(p[m1.seg] - base, m0.row), count = m1.row - lo;
@@ -206,7 +206,6 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg, boo
         }
       }
     }
-    if (stream) stream_fence();
   });
 
   // Second pass: each crossing segment is finished by the chunk holding its end, merging the carries
@@ -228,9 +227,8 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg, boo
       }
       const int64_t* p = ind + a.batch_offset[b];
       const int64_t s = gs - b * S;
-      write_result<Op>(st.data(), fn, p[s + 1] - p[s], N, out, arg, gs * F + f0, stream);
+      write_result<Op>(st.data(), fn, p[s + 1] - p[s], N, out, arg, gs * F + f0);
     }
-    if (stream) stream_fence();
   });
 }
 
@@ -251,7 +249,7 @@ void dispatch_reduce(Reduce r, const F& f) {
 // fn(row_elem, seg_elem) per feature, with row_elem = (b * R + r) * F + f and seg_elem = (b * S + s) * F + f;
 // other rows get 0.
 template <class OutT, class Fn>
-void expand_csr(const CsrArgs& a, int64_t R, OutT* out, bool stream, const Fn& fn) {
+void expand_csr(const CsrArgs& a, int64_t R, OutT* out, const Fn& fn) {
   const int64_t B = a.B, S = a.S, F = a.F;
   if (B == 0 || R == 0 || F == 0) return;
   const int64_t* ind = cptr<int64_t>(a.indptr);
@@ -271,32 +269,31 @@ void expand_csr(const CsrArgs& a, int64_t R, OutT* out, bool stream, const Fn& f
       for (int64_t r = lo; r < hi; ++r) {
         while (p[s + 1] <= r) ++s;
         const int64_t re = (b * R + r) * F, se = (b * S + s) * F;
-        write_row(o + r * F, F, stream, [&](int64_t f) { return fn(re + f, se + f); });
+        for (int64_t f = 0; f < F; ++f) o[r * F + f] = fn(re + f, se + f);
       }
     }
-    if (stream) stream_fence();
   });
 }
 
 // ---- typed entry points -----------------------------------------------------------------------------
 
-void segment_reduce_kernel(const CsrArgs& a, Reduce r, const Tensor& out, const Tensor* arg, bool stream) {
+void segment_reduce_kernel(const CsrArgs& a, Reduce r, const Tensor& out, const Tensor* arg) {
   dispatch_dtype(a.src.scalar_type(), true, "segment_csr", "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const ArrayLoad<T> load{cptr<T>(a.src), a.src.numel()};
     dispatch_reduce<A>(r, [&](auto op_tag) {
       using Op = typename decltype(op_tag)::type;
-      reduce_csr<Op>(a, load, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr, stream);
+      reduce_csr<Op>(a, load, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr);
     });
   });
 }
 
-void gather_kernel(const CsrArgs& a, int64_t R, const Tensor& out, bool stream) {
+void gather_kernel(const CsrArgs& a, int64_t R, const Tensor& out) {
   dispatch_dtype(a.src.scalar_type(), true, "gather_csr", "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* x = cptr<T>(a.src);
-    expand_csr(a, R, mptr<T>(out), stream, [x](int64_t, int64_t se) { return x[se]; });
+    expand_csr(a, R, mptr<T>(out), [x](int64_t, int64_t se) { return x[se]; });
   });
 }
 
@@ -306,11 +303,11 @@ void softmax_kernel(const CsrArgs& a, const Tensor& out) {
     using A = acc_t<T>;
     const std::unique_ptr<A[]> lse(new A[static_cast<size_t>(a.B * a.S * a.F)]);  // all written by reduce_csr
     const T* x = cptr<T>(a.src);
-    reduce_csr<LogSumExpOp<A>>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, lse.get(), nullptr, false);
+    reduce_csr<LogSumExpOp<A>>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, lse.get(), nullptr);
     const A* l = lse.get();
     // A +inf in the segment makes the whole segment NaN, as torch.softmax does (inf - inf).
     constexpr A kInf = std::numeric_limits<A>::infinity(), kNaN = std::numeric_limits<A>::quiet_NaN();
-    expand_csr(a, a.N, mptr<T>(out), false, [x, l](int64_t re, int64_t se) {
+    expand_csr(a, a.N, mptr<T>(out), [x, l](int64_t re, int64_t se) {
       return static_cast<T>(l[se] == kInf ? kNaN : exp_approx(to_acc<A>(x[re]) - l[se]));
     });
   });
@@ -325,9 +322,9 @@ void softmax_backward_kernel(const CsrArgs& a, const Tensor& grad, const Tensor&
     const T* gp = cptr<T>(grad);
     const std::unique_ptr<A[]> dot(new A[static_cast<size_t>(a.B * a.S * a.F)]);  // all written by reduce_csr
     reduce_csr<SumOp<A>>(
-        a, [y, gp](int64_t i) { return to_acc<A>(gp[i]) * to_acc<A>(y[i]); }, dot.get(), nullptr, false);
+        a, [y, gp](int64_t i) { return to_acc<A>(gp[i]) * to_acc<A>(y[i]); }, dot.get(), nullptr);
     const A* d = dot.get();
-    expand_csr(a, a.N, mptr<T>(grad_in), false, [y, gp, d](int64_t re, int64_t se) {
+    expand_csr(a, a.N, mptr<T>(grad_in), [y, gp, d](int64_t re, int64_t se) {
       return static_cast<T>(to_acc<A>(y[re]) * (to_acc<A>(gp[re]) - d[se]));
     });
   });

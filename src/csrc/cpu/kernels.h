@@ -15,9 +15,8 @@ namespace cpu {
 // Arguments are checked and indptr validated before a kernel runs; outputs are allocated, contiguous.
 struct Kernels {
   const char* isa;
-  // stream: write out (and arg) with streaming stores (cpu/row_stores.h)
-  void (*segment_reduce)(const CsrArgs& a, Reduce r, const Tensor& out, const Tensor* arg, bool stream);
-  void (*gather)(const CsrArgs& a, int64_t R, const Tensor& out, bool stream);
+  void (*segment_reduce)(const CsrArgs& a, Reduce r, const Tensor& out, const Tensor* arg);
+  void (*gather)(const CsrArgs& a, int64_t R, const Tensor& out);
   void (*softmax)(const CsrArgs& a, const Tensor& out);
   void (*softmax_backward)(const CsrArgs& a, const Tensor& grad, const Tensor& grad_in);
 };

@@ -138,13 +138,6 @@ Tensor fresh_output(Tensor t) {
   return t;
 }
 
-// Whether a kernel writes `out` with streaming stores (cpu/row_stores.h): an out= the caller passed, of
-// at least 16 MiB. A fixed size, not the cache size the system reports: on this project's VMs sysconf
-// says 256 MiB of L3 where lscpu says 32 MiB, and a server core's share of L3 is a few MiB anyway.
-bool stream_into(const Tensor* given_out) {
-  return given_out != nullptr && given_out->numel() * element_bytes(given_out->scalar_type()) >= (int64_t{16} << 20);
-}
-
 // output_for (csr_args.h), with a new tensor announced by fresh_output.
 Tensor cpu_output(const Tensor& src, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
                   const char* op, const char* name) {
@@ -166,7 +159,7 @@ std::tuple<Tensor, Tensor> segment_reduce_into(const Tensor& src, const Tensor& 
   const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
   Tensor out = cpu_output(src, sizes, src.scalar_type(), given_out, op, "out");
   Tensor arg = cpu_output(src, with_arg ? sizes : std::vector<int64_t>{0}, ScalarType::Long, given_arg, op, "arg");
-  cpu::kernels().segment_reduce(a, r, out, with_arg ? &arg : nullptr, stream_into(given_out));
+  cpu::kernels().segment_reduce(a, r, out, with_arg ? &arg : nullptr);
   return {out, arg};
 }
 
@@ -193,7 +186,7 @@ Tensor gather_into(const Tensor& src, const Tensor& indptr, int64_t size, const 
   const int64_t needed = validate_indptr(a, size, op, given_out != nullptr ? "out.size(dim)" : "size");
   const int64_t R = size >= 0 ? size : needed;
   Tensor out = cpu_output(src, sizes_with_dim(src, a.dim, R), src.scalar_type(), given_out, op, "out");
-  cpu::kernels().gather(a, R, out, stream_into(given_out));
+  cpu::kernels().gather(a, R, out);
   return out;
 }
 
