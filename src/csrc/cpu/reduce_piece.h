@@ -8,7 +8,8 @@
 //   (the auto-vectoriser left blocks of fewer than 32 float features scalar);
 //   min/max with arg over one feature: the extreme value, then the first row that holds it;
 //   logsumexp: two passes over the piece, which is small enough to stay in cache (a chunk holds at most
-//   kChunkElems elements): the max, then the sum of exp(x - max).
+//   kChunkElems elements): the max (over several features, by the vector loop of min/max), then the
+//   sum of exp(x - max).
 #pragma once
 
 #include <cstdint>
@@ -201,9 +202,8 @@ template <typename A, bool kIsMax> struct ExtremeValueOp {
 };
 
 template <class Op> struct TwoPass { static constexpr int kind = 0; };
-template <typename T, bool kMax> struct TwoPass<ArgExtremumOp<T, kMax>> {
+template <typename T, bool kIsMax> struct TwoPass<ArgExtremumOp<T, kIsMax>> {
   static constexpr int kind = 1;
-  static constexpr bool kIsMax = kMax;
   using A = T;
   using ValueOp = ExtremeValueOp<T, kIsMax>;
 };
@@ -241,17 +241,30 @@ template <class L, class Load>
   std::memcpy(&v, a, sizeof v);
 }
 
-// Min or max over rows [0, count >= 1) of fn features with the first row that holds it, in one pass: a
-// row replaces a feature's extreme when it is better, or when it is NaN and the extreme is not (the
-// first NaN wins and stays), as ArgExtremumOp::step does. Blocks of whole vectors run on Lanes; fewer
-// features than a vector holds run as scalars.
+// The reducers extremum_piece serves: min/max with the first row holding it, or the value alone.
+template <class Op> struct Extremum;
+template <typename T, bool M> struct Extremum<ArgExtremumOp<T, M>> {
+  using A = T;
+  static constexpr bool kIsMax = M, kRows = true;
+};
+template <typename T, bool M> struct Extremum<ExtremeValueOp<T, M>> {
+  using A = T;
+  static constexpr bool kIsMax = M, kRows = false;
+};
+
+// Min or max over rows [0, count >= 1) of fn features, in one pass, as Op::step folds them: with rows
+// (ArgExtremumOp), a row replaces a feature's extreme when it is better, or when it is NaN and the
+// extreme is not (the first NaN wins and stays); the value alone (ExtremeValueOp) takes any NaN. Blocks
+// of whole vectors run on Lanes (the auto-vectoriser left blocks of 16 or 8 float features scalar);
+// fewer features than a vector holds run as scalars (without rows: reduce_block).
 template <class Op, class Load>
-[[gnu::noinline]] void arg_extremum_piece(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
-                                          int64_t fn, int64_t pos0, int64_t count) {
-  using A = typename TwoPass<Op>::A;
+[[gnu::noinline]] void extremum_piece(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
+                                      int64_t fn, int64_t pos0, int64_t count) {
+  using E = Extremum<Op>;
+  using A = typename E::A;
   using L = Lanes<A>;
   using Pos = typename L::Pos;
-  constexpr bool kIsMax = TwoPass<Op>::kIsMax;
+  // 4 vectors per block: values and rows in 8 of the 16 AVX2 registers (8 vectors of values alone spill)
   for_feature_blocks<4 * L::kN>(fn, [&](auto B, int64_t f0) {
     if constexpr (B >= L::kN) {
       constexpr int NV = B / L::kN;
@@ -260,18 +273,30 @@ template <class Op, class Load>
       for (int v = 0; v < NV; ++v) load_lanes<L>(load, elem0 + f0 + v * L::kN, m[v]), idx[v] = typename L::P{};
       for (int64_t r = 1; r < count; ++r) {
         const typename L::P row = typename L::P{} + static_cast<Pos>(r);
-        for (int v = 0; v < NV; ++v) {
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {  // unrolled, so that m and idx stay in registers
           typename L::V x;
           load_lanes<L>(load, elem0 + r * F + f0 + v * L::kN, x);
-          const auto take = ((kIsMax ? x > m[v] : x < m[v]) | (x != x)) & (m[v] == m[v]);
-          m[v] = take ? x : m[v];
-          idx[v] = take ? row : idx[v];
+          const auto better_or_nan = (E::kIsMax ? x > m[v] : x < m[v]) | (x != x);
+          if constexpr (E::kRows) {
+            const auto take = better_or_nan & (m[v] == m[v]);
+            m[v] = take ? x : m[v];
+            idx[v] = take ? row : idx[v];
+          } else {
+            m[v] = better_or_nan ? x : m[v];
+          }
         }
       }
       for (int v = 0; v < NV; ++v) {
-        for (int l = 0; l < L::kN; ++l) st[f0 + v * L::kN + l] = {m[v][l], pos0 + idx[v][l]};
+        for (int l = 0; l < L::kN; ++l) {
+          if constexpr (E::kRows) {
+            st[f0 + v * L::kN + l] = {m[v][l], pos0 + idx[v][l]};
+          } else {
+            st[f0 + v * L::kN + l] = {m[v][l]};
+          }
+        }
       }
-    } else {
+    } else if constexpr (E::kRows) {
       A m[B];
       Pos idx[B];
       for (int f = 0; f < B; ++f) m[f] = load(elem0 + f0 + f), idx[f] = 0;
@@ -284,6 +309,8 @@ template <class Op, class Load>
         }
       }
       for (int f = 0; f < B; ++f) st[f0 + f] = {m[f], pos0 + idx[f]};
+    } else {
+      reduce_block<Op, 1, B>(st + f0, load, elem0 + f0, F, pos0, count);
     }
   });
 }
@@ -302,10 +329,14 @@ inline void reduce_piece(typename Op::State* st, const Load& load, int64_t elem0
       return;
     }
     if constexpr (P::kind == 1) {
-      if (fn > 1) return arg_extremum_piece<Op>(st, load, elem0, F, fn, pos0, count);
+      if (fn > 1) return extremum_piece<Op>(st, load, elem0, F, fn, pos0, count);
     }
     typename VOp::State ext[kMaxPieceFeatures];
-    reduce_piece_one_pass<VOp>(ext, load, elem0, F, fn, pos0, count);
+    if (P::kind == 2 && fn > 1) {  // logsumexp's max
+      extremum_piece<VOp>(ext, load, elem0, F, fn, pos0, count);
+    } else {
+      reduce_piece_one_pass<VOp>(ext, load, elem0, F, fn, pos0, count);
+    }
     if constexpr (P::kind == 1) {  // one feature: the first row holding the extreme (a NaN extreme: the first NaN)
       int64_t r = 0;
       for (; r < count; ++r) {
