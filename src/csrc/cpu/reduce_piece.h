@@ -269,8 +269,11 @@ template <class Op, class Load>
     if constexpr (B >= L::kN) {
       constexpr int NV = B / L::kN;
       typename L::V m[NV];
-      typename L::P idx[NV];
-      for (int v = 0; v < NV; ++v) load_lanes<L>(load, elem0 + f0 + v * L::kN, m[v]), idx[v] = typename L::P{};
+      [[maybe_unused]] typename L::P idx[NV];  // rows: kRows only
+      for (int v = 0; v < NV; ++v) {
+        load_lanes<L>(load, elem0 + f0 + v * L::kN, m[v]);
+        if constexpr (E::kRows) idx[v] = typename L::P{};
+      }
       for (int64_t r = 1; r < count; ++r) {
         const typename L::P row = typename L::P{} + static_cast<Pos>(r);
 #pragma GCC unroll 8
