@@ -300,6 +300,8 @@ template <class Op, class Load>
         }
       }
     } else if constexpr (E::kRows) {
+      // ArgExtremumOp::step from the first row on, rows in Pos: reduce_block's step (int64 rows, a
+      // no-row check) measured 12-18% slower for max over 2, 3, 13 and 37 features (2026-11-24).
       A m[B];
       Pos idx[B];
       for (int f = 0; f < B; ++f) m[f] = load(elem0 + f0 + f), idx[f] = 0;
