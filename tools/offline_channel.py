@@ -14,12 +14,26 @@ build and tests touch, made from what this machine already has:
                   system gcc/g++ and ``/usr/local/cuda`` (no compiler is shipped),
 * ``sysroot_linux-64`` (what ``stdlib('c')`` resolves to) and ``cuda-version`` metapackages: empty.
 
+For a CUDA variant (``--cuda 13.0``) a second channel is added next to it, made from PyPI's CUDA build
+of torch (downloaded once into a cache folder that is kept, see ``cache_dir()``):
+
+* ``pytorch``     build ``cuda130_*``, the ``torch==2.13.0`` wheel (a ``+cu130`` build), depending on
+                  ``cuda-version >=13.0,<14`` as conda-forge's pytorch does, and on every NVIDIA
+                  library wheel it needs (``nvidia-*``, ``cuda-toolkit``, ``cuda-bindings``, ``triton``),
+                  each repackaged the same way (extras such as ``cuda-toolkit[cublas]`` are expanded),
+* ``cuda-cudart``, ``cuda-cudart-dev``  conda-forge's names for the CUDA runtime: the first needs the
+                  repackaged ``nvidia-cuda-runtime`` (libcudart), the second carries conda-forge's
+                  run-export ``cuda-cudart >=V,<major+1``; headers come from the system CUDA.
+
 Because the stand-ins carry this machine's versions (gcc 12, Python 3.11, torch 2.13, ...), the tool
 also writes ``offline_variants.yaml`` into the channel: a variant file that overrides the compiler,
 stdlib, python and pytorch keys of ``conda_build_config.yaml`` to what the stand-ins provide. The
 shipped recipe and ``conda_build_config.yaml`` contain nothing that exists only for this channel.
 
-Usage:  python tools/offline_channel.py [--channel DIR] [--force]
+Everything generated lives in the cache folder, outside the source tree (conda-build copies the whole
+source folder into every build).
+
+Usage:  python tools/offline_channel.py [--channel DIR] [--cuda 13.0] [--force]
 """
 
 from __future__ import annotations
@@ -39,8 +53,11 @@ import time
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conda_tools import cache_dir  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CHANNEL = REPO / "_work" / "offline-channel"
+DEFAULT_CHANNEL = cache_dir() / "offline-channel"
 SUBDIR = "linux-64"
 STANDIN = "standin"
 
@@ -61,6 +78,18 @@ BINARY_WHEELS = {"cmake": "cmake==4.4.4", "ninja": "ninja==1.13.2"}
 CONDA_NAME = {"torch": "pytorch"}
 CUDA_VERSIONS = ["12.9", "13.0"]
 CUDA_HOME = Path("/usr/local/cuda")
+# The CUDA torch wheels on PyPI that a CUDA variant can be built against offline, by CUDA version.
+# PyPI's Linux torch wheels are CUDA builds: 2.10 is cu128, 2.11 to 2.14 are cu130; none is cu129.
+CUDA_TORCH = {"13.0": "torch==2.13.0"}
+CUDA_MISSING = {
+    "12.9": (
+        "the cuda129 variant cannot be built offline on this machine: PyPI has no CUDA 12.9 build of torch "
+        "(its Linux torch 2.10 wheel is cu128, 2.11 to 2.14 are cu130), and the nvidia-cuda-nvcc-cu12 12.9 "
+        "wheel ships ptxas, libnvvm and headers but no nvcc, cicc or fatbinary. A packager gets all of them "
+        "from conda-forge (pytorch *cuda129* builds, cuda-nvcc 12.9, cuda-cudart-dev 12.9): on a machine "
+        "that reaches it run `bash tools/main.sh --variant cuda129 --conda-forge`, or `rattler-build build "
+        "-r recipe/recipe.yaml -m conda_build_config.yaml --variant cuda_compiler_version=12.9 -c conda-forge`."),
+}
 
 SCRIPT_HEAD = (
     "#!/bin/sh\n"
@@ -114,7 +143,7 @@ def torch_wheel() -> Path:
                 cand = Path(link) / got[0].name
                 if cand.is_file():
                     return cand
-            keep = DEFAULT_CHANNEL.parent / "wheels" / got[0].name
+            keep = cache_dir() / "wheels" / got[0].name
             keep.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(got[0], keep)
             return keep
@@ -183,9 +212,12 @@ class Builder:
         d.mkdir(parents=True)
         return d
 
-    def file_package(self, name, version, build, files: dict[str, str], **kw):
-        """A package made of small text files (activation scripts, markers)."""
+    def file_package(self, name, version, build, files: dict[str, str], run_exports: dict | None = None, **kw):
+        """A package made of small text files (activation scripts, markers); ``run_exports`` as in
+        conda's info/run_exports.json ({"strong": [...], "weak": [...]})."""
         d = self.stage(name)
+        if run_exports:
+            files = {**files, "info/run_exports.json": json.dumps(run_exports)}
         for rel, text in files.items():
             p = d / rel
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -228,25 +260,38 @@ def conda_name(pypi_name: str) -> str:
     return CONDA_NAME.get(n, n)
 
 
-def conda_depends(requires: list[str], python_mm: str) -> list[str]:
+def conda_depends(requires: list[str], extras_of: dict[str, list[str]] | None = None) -> list[str]:
+    """conda run requirements from a wheel's Requires-Dist lines. A requirement with extras
+    (``cuda-toolkit[cublas]``) also brings what the target's METADATA lists behind ``extra == "cublas"``
+    (``extras_of``: conda name -> that package's Requires-Dist lines): conda has no extras."""
     from packaging.requirements import Requirement
     rattler, _ = _rattler()
     deps = []
-    for line in requires:
-        req = Requirement(line)
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
+
+    def add(req):
         spec = ",".join(str(s) for s in req.specifier).replace("~=", ">=").replace("===", "==")
         name = conda_name(req.name)
         if spec:
             try:
                 rattler.VersionSpec(spec)
                 deps.append(f"{name} {spec}")
-                continue
+                return
             except Exception:
                 pass
         deps.append(name)
-    return deps
+
+    for line in requires:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        add(req)
+        for extra in sorted(req.extras):
+            for sub in (extras_of or {}).get(conda_name(req.name), []):
+                r2 = Requirement(sub)
+                if r2.marker is not None and r2.marker.evaluate({"extra": extra}) \
+                        and not r2.marker.evaluate({"extra": ""}):
+                    add(r2)
+    return sorted(set(deps))
 
 
 def relocatable_script(path: Path) -> None:
@@ -255,27 +300,30 @@ def relocatable_script(path: Path) -> None:
         path.write_text(SCRIPT_HEAD + text.split("\n", 1)[1])
 
 
-def build_python_packages(b: Builder, torch_whl: Path, python_version: str) -> None:
+def repack_wheels(b: Builder, wheels: list[Path], *, skip: set[str] = frozenset(), pytorch_build: str,
+                  pytorch_depends: tuple[str, ...] = ()) -> dict[str, str]:
+    """Each wheel installed into a staging prefix and packaged as a conda package of the same name
+    (``.dist-info`` intact); returns {conda name: version} of what was made. ``skip``: conda names
+    another channel already provides."""
     mm, pyname = py_tag()
-    wheels = b.work / "wheels"
-    shutil.rmtree(wheels, ignore_errors=True)  # pip's own cache makes a fresh download cheap
-    wheels.mkdir(parents=True)
-    log(f"resolving and downloading wheels for {', '.join(PY_PINS)} (+ torch from {torch_whl.name})")
-    run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(wheels),
-         str(torch_whl), *PY_PINS])
-    log("installing the wheels into a staging prefix (no pyc, no dependency resolution)")
+    log(f"installing {len(wheels)} wheels into a staging prefix (no pyc, no dependency resolution)")
     prefix = b.stage("site")
     run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--ignore-installed",
-         "--no-index", "--no-warn-script-location", "--prefix", str(prefix),
-         *sorted(str(w) for w in wheels.glob("*.whl"))])
+         "--no-index", "--no-warn-script-location", "--prefix", str(prefix), *sorted(str(w) for w in wheels)])
     sp = prefix / "lib" / pyname / "site-packages"
     major, minor = sys.version_info[:2]
     python_pin = f"python >={major}.{minor},<{major}.{minor + 1}.0a0"  # files live in lib/pythonX.Y
     parser = email.parser.Parser()
+    metas = {}
     for dist in sorted(sp.glob("*.dist-info")):
         meta = parser.parsestr((dist / "METADATA").read_text(encoding="utf-8"))
+        metas[conda_name(meta["Name"])] = (dist, meta)
+    extras_of = {n: m.get_all("Requires-Dist") or [] for n, (_, m) in metas.items()}
+    made = {}
+    for cname, (dist, meta) in metas.items():
+        if cname in skip:
+            continue
         name, version = meta["Name"], meta["Version"]
-        cname = conda_name(name)
         (dist / "direct_url.json").unlink(missing_ok=True)
         record = dist / "RECORD"
         rows = [r for r in record.read_text().splitlines() if r and not r.split(",")[0].endswith("direct_url.json")]
@@ -290,12 +338,27 @@ def build_python_packages(b: Builder, torch_whl: Path, python_version: str) -> N
             if dest.parts[0] == "bin":
                 relocatable_script(src)
             files.append(b.rb.FileEntry.from_paths(src, dest))
-        depends = [python_pin] + conda_depends(meta.get_all("Requires-Dist") or [], mm)
+        depends = [python_pin] + conda_depends(meta.get_all("Requires-Dist") or [], extras_of)
         public = version.split("+")[0]
-        build = f"cpu_{STANDIN}_0" if cname == "pytorch" else f"{STANDIN}_0"
+        build = f"{STANDIN}_0"
+        if cname == "pytorch":
+            build, depends = pytorch_build, depends + list(pytorch_depends)
         b.package(cname, public, build, files=files, depends=depends,
                   summary=f"{name} {version} repackaged from its PyPI wheel")
+        made[cname] = public
         log(f"  {cname} {public} {build} ({len(files)} files)")
+    shutil.rmtree(prefix, ignore_errors=True)
+    return made
+
+
+def build_python_packages(b: Builder, torch_whl: Path) -> None:
+    wheels = b.work / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)  # pip's own cache makes a fresh download cheap
+    wheels.mkdir(parents=True)
+    log(f"resolving and downloading wheels for {', '.join(PY_PINS)} (+ torch from {torch_whl.name})")
+    run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(wheels),
+         str(torch_whl), *PY_PINS])
+    repack_wheels(b, sorted(wheels.glob("*.whl")), pytorch_build=f"cpu_{STANDIN}_0")
 
 
 def build_binary_wheel_packages(b: Builder) -> None:
@@ -357,6 +420,8 @@ def build_toolchain(b: Builder, tools: dict) -> None:
                        activation("cuda-nvcc_linux-64", {"CUDA_HOME": str(CUDA_HOME), "CUDACXX": tools["nvcc"],
                                                          "NVCC": tools["nvcc"]}),
                        depends=[f"cuda-version >={v},<{int(v.split('.')[0]) + 1}"],
+                       # as conda-forge's cuda-nvcc_linux-64: packages built with it need this CUDA major
+                       run_exports={"strong": [f"cuda-version >={v},<{int(v.split('.')[0]) + 1}"]},
                        summary=f"activation script exporting CUDACXX={tools['nvcc']}")
     else:
         log(f"no nvcc under {CUDA_HOME}: cuda-nvcc_linux-64 stand-in skipped")
@@ -399,56 +464,156 @@ async def _index(channel: Path) -> None:
     await rattler.index.index_fs(channel, write_shards=False)  # every subdir, noarch included
 
 
-def ensure_channel(channel: Path = DEFAULT_CHANNEL, force: bool = False) -> tuple[Path, Path]:
-    """Build (or reuse) the stand-in channel; returns (channel dir, offline variant file)."""
-    channel = Path(channel).resolve()
-    tools = system_tools()
-    whl = torch_wheel()
-    fp = fingerprint(tools, whl)
+def _up_to_date(channel: Path, fp: str, force: bool) -> bool:
     stamp = channel / "STANDIN-CHANNEL.json"
-    variants = channel / "offline_variants.yaml"
-    if not force and stamp.exists() and variants.exists():
-        try:
-            if json.loads(stamp.read_text()).get("fingerprint") == fp:
-                log(f"reusing {channel} (fingerprint {fp}; --force rebuilds)")
-                return channel, variants
-        except json.JSONDecodeError:
-            pass
-    t0 = time.time()
+    if force or not stamp.exists():
+        return False
+    try:
+        return json.loads(stamp.read_text()).get("fingerprint") == fp
+    except json.JSONDecodeError:
+        return False
+
+
+def _start(channel: Path) -> Builder:
     log(f"building stand-in channel at {channel}")
     shutil.rmtree(channel, ignore_errors=True)
     (channel / SUBDIR).mkdir(parents=True)
     (channel / "noarch").mkdir()
     work = channel.parent / (channel.name + "-work")
     shutil.rmtree(work / "stage", ignore_errors=True)
-    b = Builder(channel, work)
+    return Builder(channel, work)
+
+
+def _finish(b: Builder, fp: str, t0: float, **facts) -> None:
+    log("indexing")
+    asyncio.run(_index(b.channel))
+    (b.channel / "STANDIN-CHANNEL.json").write_text(json.dumps({
+        "fingerprint": fp, "packages": sorted(b.made), **facts,
+        "note": "stand-in packages made by tools/offline_channel.py; not conda-forge packages"}, indent=1))
+    shutil.rmtree(b.work, ignore_errors=True)
+    log(f"done: {len(b.made)} packages in {time.time() - t0:.0f} s")
+
+
+def ensure_channel(channel: Path = DEFAULT_CHANNEL, force: bool = False) -> tuple[Path, Path]:
+    """Build (or reuse) the stand-in channel; returns (channel dir, offline variant file)."""
+    channel = Path(channel).resolve()
+    tools = system_tools()
+    whl = torch_wheel()
+    fp = fingerprint(tools, whl)
+    variants = channel / "offline_variants.yaml"
+    if variants.exists() and _up_to_date(channel, fp, force):
+        log(f"reusing {channel} (fingerprint {fp}; --force rebuilds)")
+        return channel, variants
+    t0 = time.time()
+    b = _start(channel)
     python_version = build_python(b)
     log(f"  python {python_version} (venv of {os.path.realpath(sys._base_executable)})")
-    build_python_packages(b, whl, python_version)
+    build_python_packages(b, whl)
     build_binary_wheel_packages(b)
     build_toolchain(b, tools)
-    log("indexing")
-    asyncio.run(_index(channel))
     variants = write_variants(channel, tools, python_version)
-    stamp.write_text(json.dumps({
-        "fingerprint": fp, "packages": sorted(b.made), "tools": tools, "torch_wheel": str(whl),
-        "note": "stand-in packages made by tools/offline_channel.py; not conda-forge packages"}, indent=1))
-    shutil.rmtree(work / "stage", ignore_errors=True)
-    log(f"done: {len(b.made)} packages in {time.time() - t0:.0f} s; variant overrides in {variants}")
+    _finish(b, fp, t0, tools=tools, torch_wheel=str(whl))
     return channel, variants
+
+
+# ---------------------------------------------------------------------------------------------
+# the CUDA part: PyPI's CUDA torch and its NVIDIA libraries
+# ---------------------------------------------------------------------------------------------
+
+def wheel_torch_version(whl: Path) -> tuple[str, str | None]:
+    """(__version__, cuda) as written in the wheel's torch/version.py, read without installing it."""
+    with zipfile.ZipFile(whl) as z:
+        text = z.read("torch/version.py").decode()
+    version = re.search(r"^__version__\s*=\s*'([^']+)'", text, re.M)
+    cuda = re.search(r"^cuda\s*:.*=\s*'([^']+)'|^cuda\s*=\s*'([^']+)'", text, re.M)
+    return (version.group(1) if version else "?"), (next(g for g in cuda.groups() if g) if cuda else None)
+
+
+def download_cuda_wheels(cuda: str) -> list[Path]:
+    """PyPI's CUDA torch wheel and its whole dependency closure, into a cache folder that is kept
+    (pip's own HTTP cache keeps none of these: the index sends no cache headers). Files already there
+    are not downloaded again. pip's find-links (this machine's +cpu wheel, which sorts above the plain
+    version) and config files are ignored for this one call."""
+    if cuda not in CUDA_TORCH:
+        raise ChannelError(CUDA_MISSING.get(cuda, f"no CUDA {cuda} torch is known to this tool (known: "
+                                                  f"{', '.join(CUDA_TORCH)})"))
+    dest = cache_dir() / "wheels" / ("cu" + cuda.replace(".", ""))
+    dest.mkdir(parents=True, exist_ok=True)
+    spec = CUDA_TORCH[cuda]
+    have = sum(f.stat().st_size for f in dest.glob("*.whl"))
+    log(f"downloading {spec} (CUDA {cuda} build, about 0.5 GB) and its NVIDIA libraries (about 2.2 GB) "
+        f"into {dest} ({have / 2**30:.1f} GiB already there)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    t0 = time.time()
+    res = run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest),
+               "--progress-bar", "off", spec], env=env)
+    wanted = {re.sub(r"[-_.]+", "_", m.lower()) for m in re.findall(r"(?:Saved|File was already downloaded) \S*/([^/\s]+?)-\d", res.stdout)}
+    wheels = sorted(w for w in dest.glob("*.whl") if re.sub(r"[-_.]+", "_", w.name.split("-")[0].lower()) in wanted)
+    torch_whl = [w for w in wheels if w.name.startswith("torch-")]
+    if len(torch_whl) != 1:
+        raise ChannelError(f"pip download {spec} left {len(torch_whl)} torch wheels in {dest}:\n{res.stdout[-2000:]}")
+    version, wcuda = wheel_torch_version(torch_whl[0])
+    if wcuda != cuda:
+        raise ChannelError(f"{torch_whl[0].name} is torch {version} built for CUDA {wcuda}, not {cuda}")
+    log(f"  {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 2**30:.1f} GiB, torch {version} "
+        f"(cuda {wcuda}), in {time.time() - t0:.0f} s")
+    return wheels
+
+
+def ensure_cuda_channel(cuda: str, base: Path = DEFAULT_CHANNEL, force: bool = False) -> Path:
+    """The CUDA stand-ins, in a channel next to the base one (which must exist): pytorch ``cuda<XY>_*``
+    and its NVIDIA wheels, cuda-cudart and cuda-cudart-dev. Returns the channel folder."""
+    base = Path(base).resolve()
+    channel = base.parent / f"{base.name}-cuda{cuda.replace('.', '')}"
+    base_stamp = json.loads((base / "STANDIN-CHANNEL.json").read_text())
+    wheels = download_cuda_wheels(cuda)
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(base_stamp["fingerprint"].encode())
+    h.update("\n".join(w.name for w in wheels).encode())
+    fp = h.hexdigest()[:16]
+    if _up_to_date(channel, fp, force):
+        log(f"reusing {channel} (fingerprint {fp}; --force rebuilds)")
+        return channel
+    t0 = time.time()
+    b = _start(channel)
+    have = {ident.rsplit("-", 2)[0] for ident in base_stamp["packages"]} - {"pytorch"}
+    major = int(cuda.split(".")[0])
+    made = repack_wheels(b, wheels, skip=have, pytorch_build=f"cuda{cuda.replace('.', '')}_{STANDIN}_0",
+                         pytorch_depends=(f"cuda-version >={cuda},<{major + 1}",))
+    runtime = made.get("nvidia-cuda-runtime")
+    if runtime is None:
+        raise ChannelError(f"the CUDA {cuda} torch wheel did not bring nvidia-cuda-runtime (libcudart)")
+    pin = f"cuda-version >={cuda},<{cuda.split('.')[0]}.{int(cuda.split('.')[1]) + 1}"
+    b.file_package("cuda-cudart", runtime, f"{STANDIN}_0",
+                   {"share/doc/cuda-cudart/README.offline-standin":
+                        "libcudart comes from the nvidia-cuda-runtime package (site-packages/nvidia).\n"},
+                   depends=[pin, f"nvidia-cuda-runtime =={runtime}"], summary="CUDA runtime (via nvidia-cuda-runtime)")
+    b.file_package("cuda-cudart-dev", runtime, f"{STANDIN}_0",
+                   {"share/doc/cuda-cudart-dev/README.offline-standin":
+                        f"Headers and libcudart.so come from the system CUDA at {CUDA_HOME}.\n"},
+                   depends=[pin, f"cuda-cudart =={runtime}"],
+                   run_exports={"weak": [f"cuda-cudart >={runtime},<{major + 1}.0a0"]},  # as conda-forge's
+                   summary="CUDA runtime headers (the system CUDA's)")
+    _finish(b, fp, t0, cuda=cuda, wheels=[w.name for w in wheels])
+    return channel
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--channel", type=Path, default=DEFAULT_CHANNEL, help="channel folder (default: %(default)s)")
+    ap.add_argument("--cuda", choices=sorted({*CUDA_TORCH, *CUDA_MISSING}),
+                    help="also build the CUDA stand-ins for this CUDA version (downloads about 2.7 GB once)")
     ap.add_argument("--force", action="store_true", help="rebuild even if the channel is up to date")
     args = ap.parse_args(argv)
     try:
         channel, variants = ensure_channel(args.channel, args.force)
+        print(f"channel:  {channel.as_uri()}\nvariants: {variants}")
+        if args.cuda:
+            print(f"channel:  {ensure_cuda_channel(args.cuda, channel, args.force).as_uri()}")
     except ChannelError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"channel:  {channel.as_uri()}\nvariants: {variants}")
     return 0
 
 
