@@ -68,7 +68,10 @@ def test_package_metadata(built):
     assert idx["name"] == "torch-segops" and idx["version"] == "0.1.0"
     assert idx["build"] == built["variant"].recipe.build.string and idx["build"].startswith("cpu_h")
     assert idx["subdir"] == "linux-64" and idx["noarch"] == "python", "python-version independent (abi3 style)"
-    assert sorted(idx["depends"]) == ["python >=3.10", "pytorch >=2.10 cpu*"]
+    # python_min is the offline variant file's (the stand-in channel has one python); shipped: 3.10
+    python_min = built["variant"].variant["python_min"]
+    assert python_min == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert sorted(idx["depends"]) == [f"python >={python_min}", "pytorch >=2.10 cpu*"]
     assert built["pkg"].link["noarch"]["entry_points"] == ["torch-segops-doctor = torch_segops.doctor:main"]
 
 
