@@ -1,7 +1,7 @@
-"""The conda recipe, rendered with rattler-build for every variant, and meta.yaml kept in step with it.
+"""The conda recipes: recipe.yaml rendered for every variant, meta.yaml kept in step, conda-forge rules.
 
 Fast (no build): renders recipe/recipe.yaml with conda_build_config.yaml through rattler-build's Python
-API, and evaluates recipe/meta.yaml (conda-build format) with jinja2 and a small selector evaluator.
+API, and evaluates recipe-v0/meta.yaml (conda-build format) with jinja2 and a small selector evaluator.
 The end-to-end build is in test_recipe_e2e.py.
 """
 
