@@ -420,3 +420,55 @@ def test_real_doctor_reports_a_broken_torch(tmp_path):
     out = json.loads(r.stdout)
     assert r.returncode == 1 and "simulated broken torch install" in out["facts"]["torch_error"]
     assert [x["code"] for x in out["findings"] if x["severity"] == "error"][:1] == ["torch-missing"]
+
+
+# ---------------------------------------------------------------------------------------------
+# cudatoolkit (the pre-CUDA-12 conda package) in the active conda environment
+# ---------------------------------------------------------------------------------------------
+def conda_env_with(tmp_path, records: dict[str, dict]):
+    meta = tmp_path / "conda-meta"
+    meta.mkdir()
+    for fname, rec in records.items():
+        (meta / fname).write_text(json.dumps(rec))
+    return tmp_path
+
+
+def test_find_cudatoolkit_reads_the_conda_meta_record(tmp_path):
+    env = conda_env_with(tmp_path, {
+        "cudatoolkit-dev-11.7.0-h1de0b5d_6.json": {"name": "cudatoolkit-dev", "version": "11.7.0"},
+        "cudatoolkit-11.8.0-h4ba93d1_13.json": {"name": "cudatoolkit", "version": "11.8.0"},
+        "pytorch-2.13.0-cpu_generic_py312_h0_0.json": {"name": "pytorch", "version": "2.13.0"},
+    })
+    assert D.find_cudatoolkit(str(env)) == "11.8.0"
+
+
+@pytest.mark.parametrize("records", [
+    {},
+    {"cudatoolkit-dev-11.7.0-h1de0b5d_6.json": {"name": "cudatoolkit-dev", "version": "11.7.0"}},
+    {"cudatoolkit-11.8.0-h0_0.json": "not a record"},
+])
+def test_find_cudatoolkit_ignores_other_records(tmp_path, records):
+    env = conda_env_with(tmp_path, records)
+    assert D.find_cudatoolkit(str(env)) is None
+
+
+def test_find_cudatoolkit_without_an_environment(tmp_path):
+    assert D.find_cudatoolkit(None) is None
+    assert D.find_cudatoolkit(str(tmp_path / "missing")) is None
+
+
+def test_cudatoolkit_is_named_with_the_fix():
+    found = [x for x in D.diagnose(facts(conda_prefix="/opt/envs/old", cudatoolkit="11.8.0")) if x.code == "cudatoolkit"]
+    assert len(found) == 1 and found[0].severity == D.WARNING
+    assert "cudatoolkit 11.8.0" in found[0].message and "/opt/envs/old" in found[0].message
+    assert "cuda-version" in found[0].message
+    assert "conda remove -p /opt/envs/old cudatoolkit" in found[0].fix and "cuda-version=" in found[0].fix
+    assert not [x for x in D.diagnose(facts()) if x.code == "cudatoolkit"]
+
+
+def test_gather_facts_finds_cudatoolkit_in_conda_prefix(tmp_path, monkeypatch):
+    env = conda_env_with(tmp_path, {"cudatoolkit-11.3.1-h2bc3f7f_2.json": {"name": "cudatoolkit", "version": "11.3.1"}})
+    monkeypatch.setenv("CONDA_PREFIX", str(env))
+    f = D.gather_facts()
+    assert (f.conda_prefix, f.cudatoolkit) == (str(env), "11.3.1")
+    assert any(x.code == "cudatoolkit" for x in D.diagnose(f))

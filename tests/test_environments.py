@@ -121,6 +121,25 @@ def test_conda_forge_only(path):
         assert "::" not in s, f"{path.name}: {s!r} names a channel; only conda-forge is allowed"
 
 
+def refused(env: dict) -> list[str]:
+    """Dependencies that no environment may name: the legacy cudatoolkit (data/compat.yaml: cudatoolkit)."""
+    pkg = compat()["cudatoolkit"]["package"]
+    return [s for s in conda_deps(env) if re.split(r"[\s=<>!~]", s.split("::")[-1], maxsplit=1)[0] == pkg]
+
+
+@pytest.mark.parametrize("path", env_files(), ids=lambda p: p.name)
+def test_no_cudatoolkit(path):
+    bad = refused(load_env(path))
+    assert not bad, (f"{path.name}: {bad}: cudatoolkit is the pre-CUDA-12 package (CUDA <= "
+                     f"{compat()['cudatoolkit']['last_version']}); use cuda-version + cuda-* packages")
+
+
+@pytest.mark.parametrize("spec", ["cudatoolkit", "cudatoolkit 11.8.*", "cudatoolkit=11.8", "conda-forge::cudatoolkit>=11"])
+def test_cudatoolkit_refusal_catches_every_spelling(spec):
+    assert refused({"dependencies": ["python 3.12.*", spec]}) == [spec]
+    assert refused({"dependencies": ["cudatoolkit-dev", "cuda-version 12.9.*"]}) == []
+
+
 @pytest.mark.parametrize("path", env_files(), ids=lambda p: p.name)
 def test_every_dependency_is_a_valid_matchspec(path):
     r = rattler()
@@ -330,6 +349,7 @@ def test_doctor_constants_match_table():
     assert doctor.MIN_DRIVER_LINUX == {int(r["version"].split(".")[0]): r["min_driver_linux"] for r in c["cuda"]}
     assert doctor.OLDEST_ARCH == {int(r["version"].split(".")[0]): r["oldest_arch"] for r in c["cuda"]}
     assert doctor.SUGGESTED_CUDA in {r["version"] for r in c["cuda"]}
+    assert (doctor.CUDATOOLKIT, doctor.CUDATOOLKIT_LAST) == (c["cudatoolkit"]["package"], c["cudatoolkit"]["last_version"])
 
 
 # --- toolkits ----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""The conda recipe, rendered with rattler-build for every variant, and meta.yaml kept in step with it.
+"""The conda recipes: recipe.yaml rendered for every variant, meta.yaml kept in step, conda-forge rules.
 
 Fast (no build): renders recipe/recipe.yaml with conda_build_config.yaml through rattler-build's Python
-API, and evaluates recipe/meta.yaml (conda-build format) with jinja2 and a small selector evaluator.
+API, and evaluates recipe-v0/meta.yaml (conda-build format) with jinja2 and a small selector evaluator.
 The end-to-end build is in test_recipe_e2e.py.
 """
 
@@ -85,12 +85,14 @@ def test_cuda_pins(rendered):
 
 
 def test_pytorch_pins_and_run_exports(rendered):
+    """Host: the version from the `pytorch` pin (a bare name, as conda-forge's linter wants), the build
+    string (cpu/cuda) from a second, version-less line."""
     variants, _ = rendered
     torch_target = re.search(r'TORCH_SEGOPS_TORCH_TARGET "([0-9.]+)"', (REPO / "CMakeLists.txt").read_text()).group(1)
     for name, v in variants.items():
         kind = "cpu" if name == "cpu" else "cuda"
         host, run = reqs(v, "host"), reqs(v, "run")
-        assert by_name(host, "pytorch") == [f"pytorch {v.variant['pytorch']}.* {kind}*"]
+        assert by_name(host, "pytorch") == ["pytorch", f"pytorch * {kind}*"] and v.variant["pytorch"] == "2.10"
         # one binary for every torch >= the stable-ABI target: no upper bound, pytorch's run-export ignored
         assert by_name(run, "pytorch") == [f"pytorch >={torch_target} {kind}*"]
         assert v.recipe.requirements.to_dict()["ignore_run_exports"] == {"from_package": ["pytorch"]}
@@ -105,7 +107,10 @@ def test_python_independent(rendered):
         assert d["build"]["python"]["version_independent"] is True
         assert d["build"]["python"]["entry_points"] == scripts
         assert by_name(reqs(v, "run"), "python") == [f"python {requires_python}"]
-        assert reqs(v, "host")[0] == "python" and v.variant["python"].startswith("3.10.")
+        python_min = requires_python.removeprefix(">=")
+        assert v.variant["python_min"] == python_min and "python" not in v.variant
+        assert reqs(v, "host")[0] == f"python {python_min}.*"
+        assert [t["python"]["python_version"] for t in d["tests"] if "python" in t] == [[f"{python_min}.*", "*"]]
 
 
 def test_compilers_zip(rendered):
@@ -153,7 +158,7 @@ def test_tests_section(rendered):
 
 
 def test_shipped_recipe_has_no_offline_settings():
-    text = "".join((REPO / p).read_text() for p in ("recipe/recipe.yaml", "recipe/meta.yaml", "recipe/build.sh",
+    text = "".join((REPO / p).read_text() for p in ("recipe/recipe.yaml", "recipe-v0/meta.yaml", "recipe/build.sh",
                                                       "conda_build_config.yaml"))
     assert "standin" not in text.lower() and "offline" not in text.lower()
     assert not re.search(r"CUDAARCHS=[\"']?\d|CMAKE_CUDA_ARCHITECTURES|sm_\d|compute_\d", text), "arches come from cmake/"
@@ -167,7 +172,7 @@ def selector_namespace(platform: str, variant: dict) -> dict:
     os_, arch = platform.split("-")
     ns = {"linux": os_ == "linux", "osx": os_ == "osx", "win": os_ == "win", "unix": os_ != "win",
           "x86_64": arch == "64", "aarch64": arch == "aarch64", "linux64": platform == "linux-64",
-          "target_platform": platform, "build_platform": platform}
+          "target_platform": platform, "build_platform": platform, "environ": {}}
     ns.update(variant)
     return ns
 
@@ -185,8 +190,9 @@ def eval_selectors(text: str, ns: dict) -> str:
     return "\n".join(out)
 
 
-def render_meta(platform: str, variant: dict, pkg_hash: str) -> dict:
+def render_meta(platform: str, variant: dict, pkg_hash: str, environ: dict | None = None) -> dict:
     ns = selector_namespace(platform, variant)
+    ns["environ"] = environ or {}
 
     def compiler(lang):
         return f"{variant[lang + '_compiler']}_{platform} {variant[lang + '_compiler_version']}"
@@ -195,8 +201,8 @@ def render_meta(platform: str, variant: dict, pkg_hash: str) -> dict:
         return f"{variant[lang + '_stdlib']}_{platform} {variant[lang + '_stdlib_version']}"
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    text = eval_selectors((REPO / "recipe" / "meta.yaml").read_text(), ns)
-    text = env.from_string(text).render(**ns, compiler=compiler, stdlib=stdlib, PKG_HASH=pkg_hash, environ={})
+    text = eval_selectors(ct.META.read_text(), ns)
+    text = env.from_string(text).render(**ns, compiler=compiler, stdlib=stdlib, PKG_HASH=pkg_hash)
     return yaml.safe_load(text)
 
 
@@ -222,13 +228,23 @@ def test_meta_yaml_matches_recipe_yaml(rendered, name):
     assert meta["package"] == {"name": r["package"]["name"], "version": r["package"]["version"]}
     assert (meta["build"]["number"], meta["build"]["string"]) == (r["build"]["number"], r["build"]["string"])
     assert meta["build"]["python_version_independent"] is r["build"]["python"]["version_independent"] is True
-    assert meta["build"]["entry_points"] == r["build"]["python"]["entry_points"]
+    # conda-build would both package an entry_points script and list it in link.json (installed
+    # twice); v0 ships pip's console script from pyproject.toml, the same one v1 declares
+    assert "entry_points" not in meta["build"]
+    assert r["build"]["python"]["entry_points"] == [f"{k} = {e}" for k, e in PYPROJECT["project"]["scripts"].items()]
     assert meta["build"]["ignore_run_exports_from"] == r["requirements"]["ignore_run_exports"]["from_package"]
     # rendered, an unset CUDAARCHS is dropped: compare with the unrendered script env
     stage0_env = Stage0Recipe.from_file(REPO / "recipe" / "recipe.yaml").build.to_dict()["script"]["env"]
     assert list(stage0_env) == ["TORCH_SEGOPS_CUDAARCHS"] and "CUDAARCHS" in stage0_env["TORCH_SEGOPS_CUDAARCHS"]
-    assert meta["build"]["script_env"] == ["TORCH_SEGOPS_CUDAARCHS="]  # CUDAARCHS unset when rendering
-    assert meta["source"] == r["source"][0]
+    # CUDAARCHS unset: no script_env at all (conda-build warns about every script_env entry)
+    assert meta["build"].get("script_env") is None
+    set_meta = render_meta(platform, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash, {"CUDAARCHS": "75-real"})
+    assert set_meta["build"]["script_env"] == ["TORCH_SEGOPS_CUDAARCHS=75-real"]
+    # the same build script: v1's recipe/build.sh, reached by v0 through its `recipe` source folder
+    assert r["build"]["script"] == "build.sh" or r["build"]["script"].get("file") == "build.sh"
+    assert meta["build"]["script"] == "bash recipe/build.sh"
+    assert {"path": "../recipe", "folder": "recipe"} in meta["source"]
+    assert r["source"] == [{"path": ".."}] or r["source"][0]["path"] == ".."
     for kind in ("build", "host", "run"):
         assert [norm(s) for s in meta["requirements"].get(kind, [])] == [norm(s) for s in reqs(v, kind)], kind
 
@@ -237,12 +253,13 @@ def test_meta_yaml_matches_recipe_yaml(rendered, name):
     t = meta["test"]
     assert t["imports"] == tests["python"]["python"]["imports"]
     assert ("pip check" in t["commands"]) == tests["python"]["python"].get("pip_check", True)
-    assert sorted(t["requires"]) == sorted(script["requirements"]["run"] + ["pip"])
-    assert t["source_files"] == script["files"]["source"] and t["files"] == script["files"]["recipe"]
+    assert sorted(t["requires"]) == sorted(script["requirements"]["run"] + ["pip", f"python {v.variant['python_min']}"])
+    assert "files" not in t  # test_package.py comes from the shared recipe/ folder of the source
+    assert t["source_files"] == [f"recipe/{f}" for f in script["files"]["recipe"]] + script["files"]["source"]
     contents = [f"test -f ${{SP_DIR}}/{f}" for f in tests["package_contents"]["package_contents"]["site_packages"]]
     assert [c for c in t["commands"] if c.startswith("test -f")] == contents
     scripted = [v1_context_render(line, r["context"]) for line in script["script"]]
-    assert [c for c in t["commands"] if c.startswith("python ")] == scripted
+    assert [c.replace("python recipe/", "python ", 1) for c in t["commands"] if c.startswith("python ")] == scripted
 
     a = r["about"]
     assert (meta["about"]["home"], meta["about"]["dev_url"], meta["about"]["doc_url"]) == (
@@ -258,6 +275,118 @@ def test_skip_agrees(platform):
     stage0 = Stage0Recipe.from_file(REPO / "recipe" / "recipe.yaml").build.to_dict()["skip"]
     ns = selector_namespace(platform, {"cuda_compiler_version": "None"})
     v1_skip = any(eval(cond, {"__builtins__": {}}, ns) for cond in stage0)  # noqa: S307
-    meta_text = eval_selectors((REPO / "recipe" / "meta.yaml").read_text(), ns)
+    meta_text = eval_selectors(ct.META.read_text(), ns)
     meta_skip = bool(re.search(r"^\s+skip: true\s*$", meta_text, re.M))
     assert v1_skip == meta_skip == (not platform.startswith("linux"))
+
+
+# ---------------------------------------------------------------------------------------------
+# conda-forge's rules (its linter and the global pinning; facts in data/compat.yaml)
+# ---------------------------------------------------------------------------------------------
+COMPAT = yaml.safe_load((REPO / "data" / "compat.yaml").read_text())
+PINNING = COMPAT["conda_forge_pinning"]
+
+
+def cbc_for(platform: str) -> dict:
+    """conda_build_config.yaml as conda-build reads it on `platform` (selectors applied)."""
+    return yaml.safe_load(eval_selectors(ct.CBC.read_text(), selector_namespace(platform, {}))) or {}
+
+
+def test_one_recipe_file_per_folder():
+    for folder in {p.parent for pat in ("meta.yaml", "recipe.yaml") for p in REPO.glob(f"*/{pat}")}:
+        present = [f for f in ("meta.yaml", "recipe.yaml") if (folder / f).exists()]
+        assert len(present) == 1, f"{folder.name}/ holds {present}: conda-forge's linter allows one recipe file per folder"
+    assert ct.RECIPE.parent.name == "recipe" and ct.META.parent != ct.RECIPE.parent
+
+
+def test_recipes_do_not_define_python_min():
+    assert "python_min" not in Stage0Recipe.from_file(ct.RECIPE).to_dict().get("context", {})
+    assert not re.search(r"{%-?\s*set\s+python_min\s*=", ct.META.read_text()), "python_min comes from the variant config"
+    requires_python = PYPROJECT["project"]["requires-python"].removeprefix(">=")
+    assert cbc_for("linux-64")["python_min"] == [requires_python] == [PINNING["python_min"]]
+
+
+@pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64", "linux-ppc64le", "osx-arm64", "win-64"])
+def test_cbc_zip_keys_layer_under_the_global_pinning(platform):
+    cbc = cbc_for(platform)
+    linux = platform.startswith("linux")
+    global_groups = [PINNING["zip_keys"]["python"]] + (
+        [PINNING["zip_keys"]["linux_cuda"]] if linux else [PINNING["zip_keys"]["unix"]] if not platform.startswith("win") else [])
+    zipped = {k for g in global_groups for k in g}
+    for group in cbc.get("zip_keys") or []:
+        # conda-build pools every file's groups and de-duplicates ordered tuples: a group is only
+        # harmless if it repeats a global one exactly, or shares no key with any
+        assert group in global_groups or not set(group) & zipped, (
+            f"{platform}: zip group {group} collides with the global pinning's {global_groups}")
+    for g in global_groups:
+        set_here = [k for k in g if k in cbc]
+        if set_here:  # to override one key of a zip group, set all of them, with equal lengths
+            assert set_here == g, f"{platform}: sets {set_here} of the zipped {g}"
+            assert len({len(cbc[k]) for k in g}) == 1, f"{platform}: zipped keys {g} differ in length"
+    if not linux:
+        assert not cbc.get("zip_keys") and not set(cbc) & zipped, f"{platform}: the recipes skip it; nothing to set"
+
+
+def test_cbc_works_on_its_own():
+    cbc = cbc_for("linux-64")
+    groups = cbc["zip_keys"]
+    assert len({k for g in groups for k in g}) == sum(len(g) for g in groups), "a key in two groups"
+    for g in groups:
+        assert all(k in cbc for k in g) and len({len(cbc[k]) for k in g}) == 1, g
+    assert "python" not in cbc, "python is not a variant key (the package is python-version independent)"
+
+
+def host_specs_v0(platform: str, variant: str) -> list[str]:
+    v = {ct.variant_name(x.variant): x for x in ct.render(platform=platform)}[variant]
+    return render_meta(platform, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash)["requirements"]["host"]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_pinned_host_requirements_carry_no_version(rendered, name):
+    """conda-smithy's hint: a host requirement named like a variant key must take the pin (bare
+    name) unless it is listed twice (the second line narrows the build string only)."""
+    variants, platform = rendered
+    pins = set(variants[name].variant) | set(cbc_for(platform))
+    for label, specs in (("recipe.yaml", reqs(variants[name], "host")), ("meta.yaml", host_specs_v0(platform, name))):
+        names = [s.split()[0] for s in specs]
+        for s in specs:
+            n = s.split()[0]
+            if n in pins and names.count(n) == 1:
+                assert s == n, f"{label}: {s!r} overrides the {n} pin"
+            if n in pins and names.count(n) > 1:
+                assert n in specs and all(x == n or x.split()[1] == "*" for x in specs if x.split()[0] == n), specs
+
+
+def v0_sources() -> list[dict]:
+    ns = selector_namespace("linux-64", {"cuda_compiler_version": "None"})
+    text = eval_selectors(ct.META.read_text(), ns)
+    return yaml.safe_load(jinja2.Environment().from_string(text).render(**ns, compiler=str, stdlib=str, PKG_HASH="h0"))["source"]
+
+
+def test_v0_source_takes_only_project_files():
+    """conda-build copies a path source whole (ignored folders included): the v0 recipe lists the
+    project's own entries, which must cover what the build and the recipe tests read."""
+    entries = {}
+    for s in v0_sources():
+        path = (ct.META.parent / s["path"]).resolve()
+        assert path.exists() and path.parent == REPO, s
+        assert s.get("folder", path.name if path.is_dir() else None) == (path.name if path.is_dir() else None), s
+        entries[path.name] = path
+    tool = PYPROJECT["tool"]["scikit-build"]
+    needed = {"pyproject.toml", "CMakeLists.txt", PYPROJECT["project"]["readme"], *PYPROJECT["project"]["license-files"],
+              *(p.split("/")[0] for p in tool["wheel"]["packages"]), "recipe"}
+    cmake_text = (REPO / "CMakeLists.txt").read_text()
+    needed |= set(re.findall(r"include\((\w+)/", cmake_text)) | set(re.findall(r"PRIVATE (\w+)/", cmake_text))
+    needed |= {f.split("/")[0] for f in render_meta("linux-64", {"cuda_compiler_version": "None", "python_min": "3.10",
+                                                                  "c_compiler": "gcc", "cxx_compiler": "gxx", "c_stdlib": "sysroot",
+                                                                  "c_compiler_version": "14", "cxx_compiler_version": "14",
+                                                                  "c_stdlib_version": "2.17"}, "h0")["test"]["source_files"]}
+    assert needed <= set(entries), f"the v0 source misses {needed - set(entries)}"
+    generated = {".venv", "build", "dist", "_work", "output", ".whl", ".tools", ".git"}
+    assert not generated & set(entries)
+    if (REPO / ".git").exists():  # every listed entry is tracked, none ignored
+        import subprocess
+        for name in entries:
+            ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", name]).returncode == 0
+            tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "--error-unmatch", name], capture_output=True).returncode == 0
+            assert tracked and not ignored, name

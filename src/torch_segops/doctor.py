@@ -38,6 +38,8 @@ MIN_DRIVER_LINUX = {12: "525.60.13", 13: "580"}
 OLDEST_ARCH = {12: 50, 13: 75}
 # CUDA toolkit a conda / pip user is pointed at when a CUDA build is needed.
 SUGGESTED_CUDA = "12.9"
+# The pre-CUDA-12 conda package and its last version (data/compat.yaml: cudatoolkit).
+CUDATOOLKIT, CUDATOOLKIT_LAST = "cudatoolkit", "11.8"
 
 ERROR, WARNING, OK, INFO = "error", "warning", "ok", "info"
 
@@ -57,6 +59,8 @@ class Facts:
     python: str = ""
     platform: str = ""
     in_conda_env: bool = False
+    conda_prefix: str | None = None  # the active conda environment (CONDA_PREFIX)
+    cudatoolkit: str | None = None  # version of a `cudatoolkit` record in its conda-meta/, if any
     package_version: str | None = None  # torch-segops distribution metadata
     # the compiled library
     library_path: str | None = None
@@ -442,7 +446,46 @@ def check_gpu_vs_cuda(f: Facts) -> list[Finding]:
     return out
 
 
-CHECKS: list[Callable[[Facts], list[Finding]]] = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_gpu_vs_cuda, check_arch]
+def check_cudatoolkit(f: Facts) -> list[Finding]:
+    if not f.cudatoolkit:
+        return []
+    prefix = f.conda_prefix or "the active environment"
+    return [
+        Finding(
+            WARNING,
+            "cudatoolkit",
+            f"{prefix} has cudatoolkit {f.cudatoolkit}: the pre-CUDA-12 conda package (CUDA <= {CUDATOOLKIT_LAST}). "
+            "No pytorch >= 2.10 build uses it; CUDA 12 and 13 come as cuda-version + cuda-* packages",
+            f"conda remove -p {f.conda_prefix or '$CONDA_PREFIX'} cudatoolkit, then install the CUDA build with its "
+            f"toolkit version: conda install -c conda-forge torch-segops \"cuda-version={SUGGESTED_CUDA}\" "
+            "(or recreate the environment from environments/cuda-*.yml)",
+        )
+    ]
+
+
+def find_cudatoolkit(conda_prefix: str | None) -> str | None:
+    """The version of the `cudatoolkit` package recorded in conda_prefix/conda-meta, or None."""
+    if not conda_prefix:
+        return None
+    meta = os.path.join(conda_prefix, "conda-meta")
+    try:
+        names = sorted(os.listdir(meta))
+    except OSError:
+        return None
+    for name in names:
+        if not (name.startswith(CUDATOOLKIT + "-") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(meta, name)) as fh:
+                rec = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and rec.get("name") == CUDATOOLKIT:  # not cudatoolkit-dev & co.
+            return str(rec.get("version") or "unknown version")
+    return None
+
+
+CHECKS: list[Callable[[Facts], list[Finding]]] = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_gpu_vs_cuda, check_arch, check_cudatoolkit]
 
 
 def diagnose(f: Facts) -> list[Finding]:
@@ -579,6 +622,8 @@ def _probe_driver_version(f: Facts) -> None:
 def gather_facts() -> Facts:
     f = Facts(python=sys.version.split()[0], platform=platform.platform())
     f.in_conda_env = os.path.isdir(os.path.join(sys.prefix, "conda-meta"))
+    f.conda_prefix = os.environ.get("CONDA_PREFIX") or (sys.prefix if f.in_conda_env else None)
+    f.cudatoolkit = find_cudatoolkit(f.conda_prefix)
     try:
         from importlib.metadata import PackageNotFoundError, version
 
