@@ -17,6 +17,7 @@
 #include <torch/headeronly/core/ScalarType.h>
 
 #include "reducers.h"
+#include "torch_errors.h"
 
 namespace torch_segops {
 
@@ -119,6 +120,8 @@ inline CsrArgs make_csr_args(const Tensor& src, const Tensor& indptr, const char
   return a;
 }
 
+inline std::vector<int64_t> sizes_of(const Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
+
 // src's shape with the reduced dim replaced by `n`.
 inline std::vector<int64_t> sizes_with_dim(const Tensor& t, int64_t dim, int64_t n) {
   std::vector<int64_t> s(t.sizes().begin(), t.sizes().end());
@@ -130,7 +133,7 @@ inline std::vector<int64_t> sizes_with_dim(const Tensor& t, int64_t dim, int64_t
 // caller's tensor, which must match exactly and be contiguous) or a new tensor.
 inline Tensor output_for(const Tensor& src, const std::vector<int64_t>& sizes, ScalarType dtype,
                          const Tensor* given, const char* op, const char* name) {
-  if (given == nullptr) return torch::stable::new_empty(src, sizes, dtype);
+  if (given == nullptr) return new_tensor(src, sizes, dtype, op, name);
   const Tensor& t = *given;
   SEGOPS_CHECK(t.is_cuda() == src.is_cuda() && t.get_device_index() == src.get_device_index(), op, name,
                " must be on the same device as src");

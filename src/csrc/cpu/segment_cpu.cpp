@@ -226,10 +226,10 @@ extern "C" __attribute__((visibility("default"))) const char* torch_segops_cpu_i
 }
 
 STABLE_TORCH_LIBRARY_IMPL(torch_segops, CPU, m) {
-  m.impl("segment_reduce", TORCH_BOX(&torch_segops::segment_reduce_cpu));
-  m.impl("gather_csr", TORCH_BOX(&torch_segops::gather_csr_cpu));
-  m.impl("segment_reduce_out", TORCH_BOX(&torch_segops::segment_reduce_out_cpu));
-  m.impl("gather_csr_out", TORCH_BOX(&torch_segops::gather_csr_out_cpu));
-  m.impl("segment_softmax", TORCH_BOX(&torch_segops::segment_softmax_cpu));
-  m.impl("segment_softmax_backward", TORCH_BOX(&torch_segops::segment_softmax_backward_cpu));
+  m.impl("segment_reduce", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_reduce_cpu, torch_segops::kSegmentReduce>::call)));
+  m.impl("gather_csr", TORCH_BOX((&torch_segops::guarded<&torch_segops::gather_csr_cpu, torch_segops::kGatherCsr>::call)));
+  m.impl("segment_reduce_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_reduce_out_cpu, torch_segops::kSegmentReduceOut>::call)));
+  m.impl("gather_csr_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::gather_csr_out_cpu, torch_segops::kGatherCsrOut>::call)));
+  m.impl("segment_softmax", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_softmax_cpu, torch_segops::kSegmentSoftmax>::call)));
+  m.impl("segment_softmax_backward", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_softmax_backward_cpu, torch_segops::kSegmentSoftmaxBackward>::call)));
 }

@@ -205,7 +205,7 @@ class CudaCall {
   // Device memory from torch's caching allocator, alive until this call returns (stream-ordered).
   void* workspace(size_t bytes) {
     if (bytes == 0) return nullptr;
-    keep_.push_back(torch::stable::new_empty(like_, {static_cast<int64_t>(bytes)}, ScalarType::Byte));
+    keep_.push_back(new_tensor(like_, {static_cast<int64_t>(bytes)}, ScalarType::Byte, op_, "a workspace"));
     return keep_.back().mutable_data_ptr();
   }
 
@@ -430,9 +430,9 @@ Tensor reduce_then_expand(CudaCall& call, const CsrArgs& a, const Tensor& like, 
                           bool in_aligned, const MakeFn& make_fn) {
   using A = acc_t<T>;
   const Geometry g = make_geometry(a, like, op);
-  Tensor stats = torch::stable::new_empty(like, {a.B * a.S * a.F}, scalar_type_of<A>());
+  Tensor stats = new_tensor(like, {a.B * a.S * a.F}, scalar_type_of<A>(), op, "softmax statistics");
   run_reduce<Op>(call, g, load, mptr<A>(stats), nullptr, call.errors(a.N), in_aligned);
-  Tensor result = torch::stable::new_empty(like, like.sizes());
+  Tensor result = new_tensor(like, sizes_of(like), like.scalar_type(), op, "out");
   T* o = mptr<T>(result);
   run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(cptr<A>(stats)), o, Publish{}, in_aligned && aligned16(o));
   return result;
@@ -494,10 +494,10 @@ extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_take_err
 }
 
 STABLE_TORCH_LIBRARY_IMPL(torch_segops, CUDA, m) {
-  m.impl("segment_reduce", TORCH_BOX(&torch_segops::cuda::segment_reduce_cuda));
-  m.impl("gather_csr", TORCH_BOX(&torch_segops::cuda::gather_csr_cuda));
-  m.impl("segment_reduce_out", TORCH_BOX(&torch_segops::cuda::segment_reduce_out_cuda));
-  m.impl("gather_csr_out", TORCH_BOX(&torch_segops::cuda::gather_csr_out_cuda));
-  m.impl("segment_softmax", TORCH_BOX(&torch_segops::cuda::segment_softmax_cuda));
-  m.impl("segment_softmax_backward", TORCH_BOX(&torch_segops::cuda::segment_softmax_backward_cuda));
+  m.impl("segment_reduce", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_reduce_cuda, torch_segops::kSegmentReduce>::call)));
+  m.impl("gather_csr", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::gather_csr_cuda, torch_segops::kGatherCsr>::call)));
+  m.impl("segment_reduce_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_reduce_out_cuda, torch_segops::kSegmentReduceOut>::call)));
+  m.impl("gather_csr_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::gather_csr_out_cuda, torch_segops::kGatherCsrOut>::call)));
+  m.impl("segment_softmax", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_softmax_cuda, torch_segops::kSegmentSoftmax>::call)));
+  m.impl("segment_softmax_backward", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_softmax_backward_cuda, torch_segops::kSegmentSoftmaxBackward>::call)));
 }

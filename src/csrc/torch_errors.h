@@ -1,0 +1,140 @@
+// Errors raised by torch inside an op, reported with torch's own message (host code only).
+//
+// A torch call made through the stable ABI (torch::stable::new_empty, contiguous, to, ...) that fails
+// throws, with the 2.10 target this library is built for, only "torch_call_dispatcher(...) API call
+// failed at .../ops.h, line N": torch's own message stays on torch's side of the C boundary. torch
+// >= 2.13 keeps it for the calling thread and exports torch_exception_get_what_without_backtrace() to
+// read it; a binary that must load in torch 2.10 cannot link against that, so it is looked up at run
+// time in the libtorch_cpu this library was loaded with. Where it is absent (torch 2.10 to 2.12, or
+// TORCH_SEGOPS_NO_TORCH_MESSAGE=1 for tests) the message says what failed in user terms (which output,
+// shape, dtype, bytes, device), never the raw line.
+//
+// Every op entry point is registered through `guarded<fn, name>::call`, so no error leaves an op with
+// the dispatcher line in it; allocations go through `new_tensor`, which names what was allocated.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+namespace torch_segops {
+
+// torch's message for the last failed shim call in this thread, or "" when the running torch cannot
+// give it (older than 2.13) or gave none.
+inline std::string torch_reason() {
+  using Getter = const char* (*)();
+  static const Getter getter = []() -> Getter {
+    if (std::getenv("TORCH_SEGOPS_NO_TORCH_MESSAGE")) return nullptr;  // tests: behave as in torch < 2.13
+    void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);  // already loaded: our NEEDED entry
+    void* sym = lib ? dlsym(lib, "torch_exception_get_what_without_backtrace") : nullptr;
+    return reinterpret_cast<Getter>(sym);
+  }();
+  const char* what = getter ? getter() : nullptr;
+  return what ? std::string(what) : std::string();
+}
+
+// Whether `what` is the stable ABI's bare report of a failed torch call.
+inline bool is_dispatcher_failure(const std::string& what) {
+  return what.find("API call failed at") != std::string::npos;
+}
+
+// Rethrows a failed torch call as "torch_segops.<op>: <context>: <torch's message>", or, where torch
+// gave none, "<context> (the running torch is older than 2.13 and cannot pass its message ...)".
+// Anything else (our own argument errors) is rethrown as it is.
+[[noreturn]] inline void rethrow_torch_error(const std::exception& e, const char* op, const std::string& context) {
+  const std::string what = e.what();
+  if (!is_dispatcher_failure(what)) throw;
+  std::string reason = torch_reason();
+  // torch >= 2.13's own STABLE_TORCH_ERROR_CODE_CHECK appends "(originally from ... API call failed at ...)"
+  const auto tail = reason.find(" (originally from ");
+  if (tail != std::string::npos) reason.resize(tail);
+  std::ostringstream os;
+  os << "torch_segops." << op << ": " << context;
+  if (!reason.empty()) {
+    os << ": " << reason;
+  } else {
+    os << " (torch did not say why: torch older than 2.13 cannot pass its error message to an extension "
+          "built on its stable ABI; for an allocation the usual reason is a lack of memory)";
+  }
+  throw std::runtime_error(os.str());
+}
+
+inline const char* dtype_name(torch::headeronly::ScalarType t) {
+  using torch::headeronly::ScalarType;
+  switch (t) {
+    case ScalarType::Float: return "float32";
+    case ScalarType::Double: return "float64";
+    case ScalarType::Half: return "float16";
+    case ScalarType::BFloat16: return "bfloat16";
+    case ScalarType::Int: return "int32";
+    case ScalarType::Long: return "int64";
+    case ScalarType::Byte: return "uint8";
+    case ScalarType::Bool: return "bool";
+    default: return "another dtype";
+  }
+}
+
+inline int64_t dtype_bytes(torch::headeronly::ScalarType t) {
+  using torch::headeronly::ScalarType;
+  switch (t) {
+    case ScalarType::Double: case ScalarType::Long: return 8;
+    case ScalarType::Float: case ScalarType::Int: return 4;
+    case ScalarType::Half: case ScalarType::BFloat16: return 2;
+    default: return 1;
+  }
+}
+
+// A new tensor on `like`'s device; a failure names `name`, its shape, dtype, bytes and device.
+inline torch::stable::Tensor new_tensor(const torch::stable::Tensor& like, const std::vector<int64_t>& sizes,
+                                        torch::headeronly::ScalarType dtype, const char* op, const char* name) {
+  try {
+    return torch::stable::new_empty(like, sizes, dtype);
+  } catch (const std::exception& e) {
+    std::ostringstream os;
+    int64_t numel = 1;
+    os << "allocating " << name << " of shape (";
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      os << (d ? ", " : "") << sizes[d];
+      numel *= sizes[d];
+    }
+    os << "), " << dtype_name(dtype) << ", " << numel * dtype_bytes(dtype) << " bytes, on "
+       << (like.is_cuda() ? "cuda:" + std::to_string(like.get_device_index()) : std::string("cpu")) << " failed";
+    rethrow_torch_error(e, op, os.str());
+  }
+}
+
+// An op entry point whose torch-call failures carry torch's message (see rethrow_torch_error):
+// m.impl("segment_reduce", TORCH_BOX(&guarded<&segment_reduce_cpu, kSegmentReduce>::call)).
+template <auto Fn, const char* Op>
+struct guarded;
+
+template <class R, class... A, R (*Fn)(A...), const char* Op>
+struct guarded<Fn, Op> {
+  static R call(A... args) {
+    try {
+      return Fn(args...);
+    } catch (const std::exception& e) {
+      rethrow_torch_error(e, Op, "a torch call inside the op failed");
+    }
+  }
+};
+
+// The op names, as template arguments of `guarded`.
+inline constexpr char kSegmentReduce[] = "segment_reduce";
+inline constexpr char kGatherCsr[] = "gather_csr";
+inline constexpr char kSegmentReduceOut[] = "segment_reduce_out";
+inline constexpr char kGatherCsrOut[] = "gather_csr_out";
+inline constexpr char kSegmentSoftmax[] = "segment_softmax";
+inline constexpr char kSegmentSoftmaxBackward[] = "segment_softmax_backward";
+
+}  // namespace torch_segops
