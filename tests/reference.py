@@ -64,6 +64,9 @@ def segment(src: torch.Tensor, indptr: torch.Tensor, reduce: str) -> tuple[torch
                 continue
             if reduce == "sum":
                 outs.append(seg.sum(0).to(cdt))
+            elif reduce == "mean" and not cdt.is_floating_point:
+                # pytorch_scatter's integer mean: C++ integer division, truncating toward zero
+                outs.append(torch.div(seg.sum(0), count, rounding_mode="trunc").to(cdt))
             elif reduce == "mean":
                 outs.append(seg.sum(0).to(cdt) / count)
             elif reduce == "logsumexp":
