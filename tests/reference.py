@@ -15,6 +15,7 @@ Conventions shared with torch_segops (docs/design.md, README):
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
@@ -132,6 +133,29 @@ def gather(src: torch.Tensor, indptr: torch.Tensor, size: int | None = None) -> 
         rows.append(full[:size])
     out = torch.stack(rows) if rows else torch.zeros((0, size, *feat), dtype=src.dtype, device=src.device)
     return out.reshape(*batch, size, *feat)
+
+
+def coo_to_indptr(index: torch.Tensor, src: torch.Tensor, dim_size: int | None = None) -> torch.Tensor:
+    """CSR offsets of a sorted COO index (pytorch_scatter's segment_coo layout), by counting: the
+    reduction runs along dim = index.dim() - 1; leading dims of index of size 1 broadcast against src
+    and a size-1 last dim repeats over src.size(dim). Output size: dim_size or max(index) + 1."""
+    dim = index.dim() - 1
+    index = index.to("cpu", torch.int64).expand(*index.shape[:-1], src.size(dim))
+    size = dim_size if dim_size is not None else (int(index.max()) + 1 if index.numel() else 0)
+    rows = index.reshape(math.prod(index.shape[:-1]), index.size(-1))
+    counts = [torch.bincount(r, minlength=size)[:size] for r in rows]
+    flat = torch.stack([torch.cat([torch.zeros(1, dtype=torch.int64), c.cumsum(0)]) for c in counts]) \
+        if counts else torch.zeros((0, size + 1), dtype=torch.int64)
+    return flat.reshape(*index.shape[:-1], size + 1)
+
+
+def gather_coo(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Output row e along dim = index.dim() - 1 is src's row index[e] (torch.gather after broadcasting)."""
+    dim = index.dim() - 1
+    lead = [src.size(d) for d in range(dim)]
+    idx = index.to(src.device, torch.int64).expand(*lead, index.size(-1))
+    idx = idx.reshape(*idx.shape, *[1] * (src.dim() - dim - 1)).expand(*lead, index.size(-1), *src.shape[dim + 1:])
+    return src.gather(dim, idx)
 
 
 # ---------------------------------------------------------------------------------------------
