@@ -158,6 +158,53 @@ def gather_coo(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return src.gather(dim, idx)
 
 
+def broadcast_index(index: torch.Tensor, src: torch.Tensor, dim: int) -> torch.Tensor:
+    """pytorch_scatter's documented broadcast of index against src: a 1-D index lies along dim, a
+    longer one gets trailing size-1 dims; then it is expanded to src.shape."""
+    dim = dim % src.dim()
+    if index.dim() == 1:
+        shape = [1] * src.dim()
+        shape[dim] = index.numel()
+        index = index.view(shape)
+    else:
+        index = index.view(*index.shape, *[1] * (src.dim() - index.dim()))
+    return index.expand(src.shape)
+
+
+def scatter(src: torch.Tensor, index: torch.Tensor, dim: int, dim_size: int | None, reduce: str):
+    """Reference scatter by masks: for every position of the other dims and every target t, the values
+    of src whose index is t, in src order. Returns (out, arg) (arg None unless min/max); empty targets
+    give 0 and arg src.size(dim); ties and NaN as in `segment`; integer mean divides with floor
+    (pytorch_scatter's scatter_mean)."""
+    dim = dim % src.dim()
+    idx = broadcast_index(index.to(src.device, torch.int64), src, dim).movedim(dim, -1)
+    x = src.movedim(dim, -1).to(_compute_dtype(src.dtype))
+    n = src.size(dim)
+    size = dim_size if dim_size is not None else (int(idx.max()) + 1 if idx.numel() else 0)
+    other = idx.shape[:-1]
+    out = torch.zeros((*other, size), dtype=x.dtype)
+    arg = torch.full((*other, size), n, dtype=torch.int64)
+    for p in itertools.product(*[range(k) for k in other]):
+        for t in range(size):
+            pos = (idx[p] == t).nonzero().flatten()
+            if pos.numel() == 0:
+                continue
+            seg = x[p][pos]
+            if reduce in ("sum", "add"):
+                out[p + (t,)] = seg.sum()
+            elif reduce == "mean":
+                total = seg.sum()
+                out[p + (t,)] = total / pos.numel() if x.is_floating_point() else torch.div(total, pos.numel(), rounding_mode="floor")
+            else:
+                best = seg.amin() if reduce == "min" else seg.amax()
+                hit = (seg == best) | (seg.isnan() & best.isnan())
+                first = int(hit.nonzero()[0])
+                out[p + (t,)] = seg[first]
+                arg[p + (t,)] = pos[first]
+    out = out.to(src.dtype).movedim(-1, dim)
+    return out, (arg.movedim(-1, dim) if reduce in ("min", "max") else None)
+
+
 # ---------------------------------------------------------------------------------------------
 # Input generation helpers shared by the tests and the benchmarks (not references themselves).
 

@@ -37,6 +37,16 @@ else:
         segment_min_coo,
         segment_sum_coo,
     )
+    from .scatter import (
+        ScatterPlan,
+        scatter,
+        scatter_add,
+        scatter_max,
+        scatter_mean,
+        scatter_min,
+        scatter_plan,
+        scatter_sum,
+    )
     from .ops import (
         gather_csr,
         segment_add_csr,
@@ -51,12 +61,20 @@ else:
 
 __all__ = [
     "LibraryLoadError",
+    "ScatterPlan",
     "__version__",
     "build_info",
     "check_errors",
     "gather_coo",
     "gather_csr",
     "library_path",
+    "scatter",
+    "scatter_add",
+    "scatter_max",
+    "scatter_mean",
+    "scatter_min",
+    "scatter_plan",
+    "scatter_sum",
     "segment_add_coo",
     "segment_add_csr",
     "segment_coo",
