@@ -93,23 +93,44 @@ def _reduce_into(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Tensor,
     return out.copy_(torch.where(better, values, out)), arg
 
 
-def _segment_coo(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
-                 reduce: str) -> Tuple[Tensor, Tensor]:
-    size = _output_size(fn, src, index, out, dim_size)
-    indptr = _coo_indptr(fn, src, index, size)
-    dim = index.dim() - 1
+def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
+    """Positions among rows taken in the order perm ([*lead, n]; arg n for empty segments) -> positions
+    in the original src (used by scatter, which reduces src's rows in sorted order)."""
+    if n == 0:
+        return arg
+    shape: List[int] = list(perm.shape) + [1] * (arg.dim() - dim - 1)
+    full: List[int] = list(arg.shape[:dim]) + [n] + list(arg.shape[dim + 1:])
+    picked = perm.reshape(shape).expand(full).gather(dim, arg.clamp(max=n - 1))
+    return torch.where(arg == n, arg, picked)
+
+
+def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, rounding: str,
+                perm: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """The CSR reduction of the COO and scatter functions: (values, arg), reduced into ``out`` when given.
+    Integer mean divides with ``rounding``; ``perm``: src's rows are a permutation of the caller's (arg
+    is mapped back)."""
+    dim = indptr.dim() - 1
+    n = src.size(dim)
     integer = not src.is_floating_point() and not src.is_complex()
     if reduce == "mean" and (out is not None or integer):
         # the sum now, divided by the counts with out's values added (or the integer division)
         total = _ops.segment_reduce(src, indptr, "sum")[0]
         counts = _segment_lengths(indptr, total)
         if out is None:
-            return _div_count(total, counts, "trunc"), indptr.new_empty([0])
-        return _reduce_into(fn, out, reduce, total, indptr.new_empty([0]), src.size(dim), counts, "trunc")
+            return _div_count(total, counts, rounding), indptr.new_empty([0])
+        return _reduce_into(fn, out, reduce, total, indptr.new_empty([0]), n, counts, rounding)
     values, arg = _ops.segment_reduce(src, indptr, reduce)
+    if perm is not None and (reduce == "min" or reduce == "max"):
+        arg = _original_arg(arg, perm, dim, n)
     if out is None:
         return values, arg
-    return _reduce_into(fn, out, reduce, values, arg, src.size(dim), values, "trunc")
+    return _reduce_into(fn, out, reduce, values, arg, n, values, rounding)
+
+
+def _segment_coo(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
+                 reduce: str) -> Tuple[Tensor, Tensor]:
+    size = _output_size(fn, src, index, out, dim_size)
+    return _reduce_csr(fn, src, _coo_indptr(fn, src, index, size), out, reduce, "trunc")
 
 
 def segment_sum_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,

@@ -21,8 +21,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._registrations import _segment_lengths
-from .coo import _div_count, _reduce_into
+from .coo import _reduce_csr, _reduce_into
 from .ops import _check_size_type, _check_type
 
 _ops = torch.ops.torch_segops
@@ -84,16 +83,6 @@ def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
     return src.gather(dim, perm.reshape(shape).expand(full))
 
 
-def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
-    """Positions in sorted order (arg, n for empty segments) -> positions in src."""
-    if n == 0:
-        return arg
-    shape: List[int] = list(perm.shape) + [1] * (arg.dim() - dim - 1)
-    full: List[int] = list(arg.shape[:dim]) + [n] + list(arg.shape[dim + 1:])
-    picked = perm.reshape(shape).expand(full).gather(dim, arg.clamp(max=n - 1))
-    return torch.where(arg == n, arg, picked)
-
-
 def _scatter_rows(fn: str, src: Tensor, plan: ScatterPlan, dim: int, out: Optional[Tensor],
                   reduce: str) -> Tuple[Tensor, Tensor]:
     """Reduce the rows of src along dim by a plan whose index does not vary along the dims after dim."""
@@ -102,21 +91,8 @@ def _scatter_rows(fn: str, src: Tensor, plan: ScatterPlan, dim: int, out: Option
         lead = [1] * (dim + 1 - perm.dim())
         perm = perm.reshape(lead + list(perm.shape))
         indptr = indptr.reshape(lead + list(indptr.shape))
-    n = src.size(dim)
-    ordered = _permute_rows(src, perm, dim)
-    integer = not src.is_floating_point() and not src.is_complex()
-    if reduce == "mean" and (out is not None or integer):
-        total = _ops.segment_reduce(ordered, indptr, "sum")[0]
-        counts = _segment_lengths(indptr, total)
-        if out is None:  # pytorch_scatter's scatter_mean divides integers with floor
-            return _div_count(total, counts, "floor"), indptr.new_empty([0])
-        return _reduce_into(fn, out, reduce, total, indptr.new_empty([0]), n, counts, "floor")
-    values, arg = _ops.segment_reduce(ordered, indptr, reduce)
-    if reduce == "min" or reduce == "max":
-        arg = _original_arg(arg, perm, dim, n)
-    if out is None:
-        return values, arg
-    return _reduce_into(fn, out, reduce, values, arg, n, values, "floor")
+    # pytorch_scatter's scatter_mean divides integers with floor
+    return _reduce_csr(fn, _permute_rows(src, perm, dim), indptr, out, reduce, "floor", perm)
 
 
 def _scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size: int,
