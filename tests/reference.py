@@ -15,6 +15,7 @@ Conventions shared with torch_segops (docs/design.md, README):
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
@@ -64,6 +65,9 @@ def segment(src: torch.Tensor, indptr: torch.Tensor, reduce: str) -> tuple[torch
                 continue
             if reduce == "sum":
                 outs.append(seg.sum(0).to(cdt))
+            elif reduce == "mean" and not cdt.is_floating_point:
+                # pytorch_scatter's integer mean: C++ integer division, truncating toward zero
+                outs.append(torch.div(seg.sum(0), count, rounding_mode="trunc").to(cdt))
             elif reduce == "mean":
                 outs.append(seg.sum(0).to(cdt) / count)
             elif reduce == "logsumexp":
@@ -129,6 +133,76 @@ def gather(src: torch.Tensor, indptr: torch.Tensor, size: int | None = None) -> 
         rows.append(full[:size])
     out = torch.stack(rows) if rows else torch.zeros((0, size, *feat), dtype=src.dtype, device=src.device)
     return out.reshape(*batch, size, *feat)
+
+
+def coo_to_indptr(index: torch.Tensor, src: torch.Tensor, dim_size: int | None = None) -> torch.Tensor:
+    """CSR offsets of a sorted COO index (pytorch_scatter's segment_coo layout), by counting: the
+    reduction runs along dim = index.dim() - 1; leading dims of index of size 1 broadcast against src
+    and a size-1 last dim repeats over src.size(dim). Output size: dim_size or max(index) + 1."""
+    dim = index.dim() - 1
+    index = index.to("cpu", torch.int64).expand(*index.shape[:-1], src.size(dim))
+    size = dim_size if dim_size is not None else (int(index.max()) + 1 if index.numel() else 0)
+    rows = index.reshape(math.prod(index.shape[:-1]), index.size(-1))
+    counts = [torch.bincount(r, minlength=size)[:size] for r in rows]
+    flat = torch.stack([torch.cat([torch.zeros(1, dtype=torch.int64), c.cumsum(0)]) for c in counts]) \
+        if counts else torch.zeros((0, size + 1), dtype=torch.int64)
+    return flat.reshape(*index.shape[:-1], size + 1)
+
+
+def gather_coo(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Output row e along dim = index.dim() - 1 is src's row index[e] (torch.gather after broadcasting)."""
+    dim = index.dim() - 1
+    lead = [src.size(d) for d in range(dim)]
+    idx = index.to(src.device, torch.int64).expand(*lead, index.size(-1))
+    idx = idx.reshape(*idx.shape, *[1] * (src.dim() - dim - 1)).expand(*lead, index.size(-1), *src.shape[dim + 1:])
+    return src.gather(dim, idx)
+
+
+def broadcast_index(index: torch.Tensor, src: torch.Tensor, dim: int) -> torch.Tensor:
+    """pytorch_scatter's documented broadcast of index against src: a 1-D index lies along dim, a
+    longer one gets trailing size-1 dims; then it is expanded to src.shape."""
+    dim = dim % src.dim()
+    if index.dim() == 1:
+        shape = [1] * src.dim()
+        shape[dim] = index.numel()
+        index = index.view(shape)
+    else:
+        index = index.view(*index.shape, *[1] * (src.dim() - index.dim()))
+    return index.expand(src.shape)
+
+
+def scatter(src: torch.Tensor, index: torch.Tensor, dim: int, dim_size: int | None, reduce: str):
+    """Reference scatter by masks: for every position of the other dims and every target t, the values
+    of src whose index is t, in src order. Returns (out, arg) (arg None unless min/max); empty targets
+    give 0 and arg src.size(dim); ties and NaN as in `segment`; integer mean divides with floor
+    (pytorch_scatter's scatter_mean)."""
+    dim = dim % src.dim()
+    idx = broadcast_index(index.to(src.device, torch.int64), src, dim).movedim(dim, -1)
+    x = src.movedim(dim, -1).to(_compute_dtype(src.dtype))
+    n = src.size(dim)
+    size = dim_size if dim_size is not None else (int(idx.max()) + 1 if idx.numel() else 0)
+    other = idx.shape[:-1]
+    out = torch.zeros((*other, size), dtype=x.dtype)
+    arg = torch.full((*other, size), n, dtype=torch.int64)
+    for p in itertools.product(*[range(k) for k in other]):
+        for t in range(size):
+            pos = (idx[p] == t).nonzero().flatten()
+            if pos.numel() == 0:
+                continue
+            seg = x[p][pos]
+            if reduce in ("sum", "add"):
+                out[p + (t,)] = seg.sum()
+            elif reduce == "mean":
+                total = seg.sum()
+                out[p + (t,)] = total / pos.numel() if x.is_floating_point() else torch.div(total, pos.numel(), rounding_mode="floor")
+            else:
+                best = seg.amin() if reduce == "min" else seg.amax()
+                hit = (seg == best) | (seg.isnan() & best.isnan())
+                first = int(hit.nonzero()[0])
+                out[p + (t,)] = seg[first]
+                arg[p + (t,)] = pos[first]
+    out = out.to(src.dtype).movedim(-1, dim)
+    return out, (arg.movedim(-1, dim) if reduce in ("min", "max") else None)
 
 
 # ---------------------------------------------------------------------------------------------

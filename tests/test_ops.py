@@ -13,7 +13,7 @@ import reference as R
 import torch_segops as so
 
 FLOAT_REDUCES = ("sum", "add", "mean", "min", "max")
-INT_REDUCES = ("sum", "add", "min", "max")
+INT_REDUCES = ("sum", "add", "mean", "min", "max")
 NAMED = {
     "sum": so.segment_sum_csr,
     "add": so.segment_add_csr,
@@ -652,3 +652,52 @@ def test_large_new_outputs_ask_for_huge_pages():
     middle = out.data_ptr() + out.numel() * out.element_size() // 2  # the head below 2 MiB is not advised
     assert "hg" in _vm_flags(middle)
     R.assert_equal(out, vals.repeat_interleave(250, dim=0), "gather into huge pages")
+
+
+# ---------------------------------------------------------------------------------------------
+# pytorch_scatter's documented behaviour of the CSR functions (written from its semantics).
+
+@pytest.mark.parametrize("dtype", R.INT_DTYPES, ids=str)
+def test_integer_mean_truncates_toward_zero(dtype):
+    """pytorch_scatter accumulates an integer mean in the integer type and divides by the count with
+    C++ integer division: -7 / 2 is -3 (not floor's -4); an empty segment gives 0."""
+    src = torch.tensor([[-3, 3], [-4, 4], [5, 5], [10, -10]], dtype=dtype)
+    indptr = torch.tensor([0, 2, 2, 3, 4])
+    out = so.segment_mean_csr(src, indptr)
+    assert out.dtype == dtype
+    assert out.tolist() == [[-3, 3], [0, 0], [5, 5], [10, -10]]
+    assert so.segment_csr(src, torch.tensor([0, 3]), reduce="mean").tolist() == [[-0, 4]]  # -2/3 -> 0, 12/3 -> 4
+    out = torch.full((4, 2), 99, dtype=dtype)
+    assert so.segment_mean_csr(src, indptr, out=out) is out and out.tolist() == [[-3, 3], [0, 0], [5, 5], [10, -10]]
+
+
+@pytest.mark.parametrize("reduce", FLOAT_REDUCES)
+def test_empty_indptr_gives_zero_segments(reduce):
+    """An indptr whose last dim is empty means zero segments (pytorch_scatter: src (0, 0, 0, 16) gives
+    (0, 0, 0, 16), and backward works)."""
+    x = torch.randn(0, 0, 0, 16, requires_grad=True)
+    empty = torch.tensor([], dtype=torch.long)
+    out = so.segment_csr(x, empty, reduce=reduce)
+    assert out.shape == (0, 0, 0, 16)
+    out.backward(torch.randn_like(out))
+    assert x.grad.shape == x.shape
+    # with rows along dim: the output has none, and every row gets zero gradient
+    y = torch.randn(5, 3, requires_grad=True)
+    out = so.segment_csr(y, empty, reduce=reduce)
+    assert out.shape == (0, 3)
+    out.sum().backward()
+    assert torch.equal(y.grad, torch.zeros(5, 3))
+    # batched: indptr (2, 0) against src (2, 4, 3)
+    out = so.segment_csr(torch.randn(2, 4, 3), torch.zeros(2, 0, dtype=torch.long), reduce=reduce)
+    assert out.shape == (2, 0, 3)
+
+
+def test_empty_indptr_for_the_other_functions():
+    empty = torch.zeros(0, dtype=torch.int32)
+    assert so.segment_logsumexp_csr(torch.randn(4, 2), empty).shape == (0, 2)
+    sm = so.segment_softmax_csr(torch.randn(4, 2), empty)
+    assert torch.equal(sm, torch.zeros(4, 2))  # every row lies outside the (no) segments
+    values, arg = so.segment_max_csr(torch.randn(4, 2), empty)
+    assert values.shape == arg.shape == (0, 2)
+    assert so.gather_csr(torch.randn(0, 2), empty).shape == (0, 2)
+    assert torch.equal(so.gather_csr(torch.randn(0, 2), empty, size=3), torch.zeros(3, 2))

@@ -1,7 +1,8 @@
 """torch_segops: fast, load-balanced CSR segment operations for PyTorch.
 
-API-compatible with pytorch_scatter's ``segment_csr`` / ``gather_csr`` (switch by import), plus
-segment softmax/logsumexp. The compiled ops live under ``torch.ops.torch_segops``.
+API-compatible with pytorch_scatter's segment module (``segment_csr``, ``segment_coo``, ``gather_csr``,
+``gather_coo`` and their named forms) and ``scatter`` (deterministic): switch by import. Plus segment
+softmax/logsumexp. The compiled ops live under ``torch.ops.torch_segops``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,26 @@ except Exception:
         raise
     __version__ = "unknown"
 else:
-    from . import _registrations  # noqa: F401  (fake kernels and autograd)
+    from . import _coo_kernel, _registrations  # noqa: F401  (Python kernel, fake kernels and autograd)
+    from .coo import (
+        gather_coo,
+        segment_add_coo,
+        segment_coo,
+        segment_max_coo,
+        segment_mean_coo,
+        segment_min_coo,
+        segment_sum_coo,
+    )
+    from .scatter import (
+        ScatterPlan,
+        scatter,
+        scatter_add,
+        scatter_max,
+        scatter_mean,
+        scatter_min,
+        scatter_plan,
+        scatter_sum,
+    )
     from .ops import (
         gather_csr,
         segment_add_csr,
@@ -41,17 +61,32 @@ else:
 
 __all__ = [
     "LibraryLoadError",
+    "ScatterPlan",
     "__version__",
     "build_info",
     "check_errors",
+    "gather_coo",
     "gather_csr",
     "library_path",
+    "scatter",
+    "scatter_add",
+    "scatter_max",
+    "scatter_mean",
+    "scatter_min",
+    "scatter_plan",
+    "scatter_sum",
+    "segment_add_coo",
     "segment_add_csr",
+    "segment_coo",
     "segment_csr",
     "segment_logsumexp_csr",
+    "segment_max_coo",
     "segment_max_csr",
+    "segment_mean_coo",
     "segment_mean_csr",
+    "segment_min_coo",
     "segment_min_csr",
     "segment_softmax_csr",
+    "segment_sum_coo",
     "segment_sum_csr",
 ]

@@ -4,25 +4,48 @@ Shapes follow pytorch_scatter: the reduction runs along ``dim = indptr.dim() - 1
 leading dims of ``indptr`` broadcast against ``src`` and trailing dims of ``src`` are features.
 Offsets are validated by the kernels (clear RuntimeError naming ``indptr``); these wrappers check
 what only Python sees (argument types, ``reduce``, ``out``).
+
+Every public function here can be compiled with ``torch.jit.script`` (pytorch_scatter's are, and
+models that script them exist): code that TorchScript cannot compile (type checks of arbitrary
+Python objects, the in-place ``out=`` fast path) sits under ``if not torch.jit.is_scripting():``,
+which the scripting compiler skips; scripted calls take the functional path and give the same values.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from ._registrations import _segment_lengths
 
 _ops = torch.ops.torch_segops
 
 REDUCTIONS = ("sum", "add", "mean", "min", "max")
 
 
-def _check_tensors(fn: str, src, indptr) -> None:
-    if not isinstance(src, Tensor):
-        raise TypeError(f"torch_segops.{fn}: src must be a torch.Tensor, got {type(src).__name__}")
-    if not isinstance(indptr, Tensor):
-        raise TypeError(f"torch_segops.{fn}: indptr must be a torch.Tensor, got {type(indptr).__name__}")
+def _check_type(fn: str, name: str, value) -> None:
+    """Eager only: a clear TypeError for a non-tensor argument (TorchScript checks types itself)."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor, got {type(value).__name__}")
+
+
+def _check_reduce(fn: str, reduce: str) -> None:
+    if reduce not in ["sum", "add", "mean", "min", "max"]:  # REDUCTIONS (a literal: TorchScript reads no globals)
+        raise ValueError(f"torch_segops.{fn}: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got '{reduce}'")
+
+
+def _check_size_type(fn: str, name: str, size) -> None:
+    """Eager only: an int-like size (TorchScript checks Optional[int] itself)."""
+    if size is not None and not isinstance(size, (int, torch.SymInt)):
+        raise ValueError(f"torch_segops.{fn}: {name} must be a non-negative int, got {size!r}")
+
+
+def _check_tensors(fn: str, src: Tensor, indptr: Tensor) -> None:
+    if not torch.jit.is_scripting():
+        _check_type(fn, "src", src)
+        _check_type(fn, "indptr", indptr)
     if indptr.dim() == 0:
         raise ValueError(f"torch_segops.{fn}: indptr must have at least one dimension, got a 0-dim tensor")
     if indptr.dim() > src.dim():
@@ -32,37 +55,51 @@ def _check_tensors(fn: str, src, indptr) -> None:
         )
 
 
-def _reduced_shape(src: Tensor, indptr: Tensor, n: int) -> list:
-    shape = list(src.shape)
+def _nonempty_indptr(indptr: Tensor) -> Tensor:
+    """An indptr with an empty last dim means zero segments (as in pytorch_scatter): the same as a
+    single offset. The kernels want at least one offset, so give them that."""
+    if indptr.size(-1) == 0:
+        shape: List[int] = list(indptr.shape)
+        shape[-1] = 1
+        return indptr.new_zeros(shape)
+    return indptr
+
+
+def _reduced_shape(src: Tensor, indptr: Tensor, n: int) -> List[int]:
+    shape: List[int] = list(src.shape)
     shape[indptr.dim() - 1] = n
     return shape
 
 
-def _check_out(fn: str, out, dtype: torch.dtype, device: torch.device, shape, name: str = "out") -> None:
-    if not isinstance(out, Tensor):
-        raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor or None, got {type(out).__name__}")
+def _check_out(fn: str, out: Tensor, dtype: torch.dtype, device: torch.device, shape: Optional[List[int]],
+               name: str = "out") -> None:
+    if not torch.jit.is_scripting():
+        if not isinstance(out, Tensor):
+            raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor or None, got {type(out).__name__}")
     if out.dtype != dtype:
         raise TypeError(f"torch_segops.{fn}: {name} has dtype {out.dtype}, expected {dtype}")
     if out.device != device:
         raise ValueError(f"torch_segops.{fn}: {name} is on {out.device}, expected {device}")
-    if shape is not None and tuple(out.shape) != tuple(shape):
-        raise ValueError(f"torch_segops.{fn}: {name} has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if shape is not None and list(out.shape) != shape:
+        raise ValueError(f"torch_segops.{fn}: {name} has shape {list(out.shape)}, expected {shape}")
 
 
 def _write_out(fn: str, out: Optional[Tensor], result: Tensor, name: str = "out") -> Tensor:
     """Overwrite ``out`` in full with ``result`` (never accumulate) and return it."""
     if out is None:
         return result
-    _check_out(fn, out, result.dtype, result.device, result.shape, name)
+    _check_out(fn, out, result.dtype, result.device, list(result.shape), name)
     return out.copy_(result)
 
 
-def _in_place(out, *inputs: Tensor) -> bool:
+def _in_place(out, src: Tensor, indptr: Tensor) -> bool:
     """Whether the kernel may write straight into ``out`` (no temporary, no copy): nothing records a
     gradient, nothing traces (the compiler gets the functional op), and out is a plain contiguous
-    tensor sharing no memory with the inputs. Otherwise out= computes a result and copies it in."""
+    tensor sharing no memory with the inputs. Otherwise out= computes a result and copies it in.
+    Eager only (never called from TorchScript)."""
     if type(out) is not Tensor or not out.is_contiguous() or out.requires_grad:
         return False
+    inputs = (src, indptr)
     if torch.compiler.is_compiling() or any(type(t) is not Tensor for t in inputs):
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
@@ -73,16 +110,29 @@ def _in_place(out, *inputs: Tensor) -> bool:
     return all(t.numel() == 0 or t.untyped_storage().data_ptr() != mine for t in inputs)
 
 
+def _integer_mean(src: Tensor, indptr: Tensor) -> Tensor:
+    """pytorch_scatter's integer mean: the sum in the integer type divided by the segment length with
+    C++ integer division (truncation toward zero); an empty segment gives 0."""
+    total = _ops.segment_reduce(src, indptr, "sum")[0]
+    return torch.div(total, _segment_lengths(indptr, total), rounding_mode="trunc")
+
+
 def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(values, arg) of reduce; values written into ``out`` when given (arg is empty for sum/mean)."""
     _check_tensors(fn, src, indptr)
-    if out is not None and _in_place(out, src, indptr):
-        shape = _reduced_shape(src, indptr, indptr.size(-1) - 1)
-        _check_out(fn, out, src.dtype, src.device, shape)
-        arg = torch.empty(shape if reduce in ("min", "max") else (0,), dtype=torch.long, device=src.device)
-        _ops.segment_reduce_out(src, indptr, reduce, out, arg)
-        return out, arg
-    values, arg = _ops.segment_reduce(src, indptr, reduce)
+    indptr = _nonempty_indptr(indptr)
+    integer_mean = reduce == "mean" and not src.is_floating_point() and not src.is_complex()
+    if not torch.jit.is_scripting():
+        if out is not None and not integer_mean and _in_place(out, src, indptr):
+            shape = _reduced_shape(src, indptr, indptr.size(-1) - 1)
+            _check_out(fn, out, src.dtype, src.device, shape)
+            arg = torch.empty(shape if reduce in ("min", "max") else (0,), dtype=torch.long, device=src.device)
+            _ops.segment_reduce_out(src, indptr, reduce, out, arg)
+            return out, arg
+    if integer_mean:
+        values, arg = _integer_mean(src, indptr), indptr.new_empty([0], dtype=torch.long)
+    else:
+        values, arg = _ops.segment_reduce(src, indptr, reduce)
     return _write_out(fn, out, values), arg
 
 
@@ -95,7 +145,8 @@ segment_add_csr = segment_sum_csr
 
 
 def segment_mean_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
-    """Mean of each segment; empty segments give 0. Floating dtypes only."""
+    """Mean of each segment; empty segments give 0. Integer src: the integer sum divided by the length
+    with truncation toward zero (pytorch_scatter's C++ integer division)."""
     return _reduce("segment_mean_csr", src, indptr, "mean", out)[0]
 
 
@@ -112,8 +163,7 @@ def segment_max_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -
 
 def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduce: str = "sum") -> Tensor:
     """pytorch_scatter's ``segment_csr``: reduce each CSR segment with sum/add/mean/min/max."""
-    if reduce not in REDUCTIONS:
-        raise ValueError(f"torch_segops.segment_csr: reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    _check_reduce("segment_csr", reduce)
     return _reduce("segment_csr", src, indptr, reduce, out)[0]
 
 
@@ -125,24 +175,30 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, size: 
     ``out`` to avoid it). Rows outside ``[indptr[0], indptr[-1])`` are 0.
     """
     _check_tensors("gather_csr", src, indptr)
-    if out is not None and isinstance(out, Tensor):
+    indptr = _nonempty_indptr(indptr)
+    if not torch.jit.is_scripting():
+        if out is not None:
+            _check_type("gather_csr", "out", out)
+        _check_size_type("gather_csr", "size", size)
+    if out is not None:
         n = out.size(indptr.dim() - 1) if out.dim() >= indptr.dim() else -1
         if size is not None and size != n:
             raise ValueError(f"torch_segops.gather_csr: size={size} disagrees with out.size(dim)={n}")
         size = n
-    if size is not None and (not isinstance(size, (int, torch.SymInt)) or size < 0):
-        raise ValueError(f"torch_segops.gather_csr: size must be a non-negative int, got {size!r}")
-    if out is not None and _in_place(out, src, indptr):
-        _check_out("gather_csr", out, src.dtype, src.device, _reduced_shape(src, indptr, size))
-        _ops.gather_csr_out(src, indptr, out)
-        return out
+    if size is not None and size < 0:
+        raise ValueError(f"torch_segops.gather_csr: size must be a non-negative int, got {size}")
+    if not torch.jit.is_scripting():
+        if out is not None and size is not None and _in_place(out, src, indptr):
+            _check_out("gather_csr", out, src.dtype, src.device, _reduced_shape(src, indptr, size))
+            _ops.gather_csr_out(src, indptr, out)
+            return out
     return _write_out("gather_csr", out, _ops.gather_csr(src, indptr, -1 if size is None else size))
 
 
 def segment_softmax_csr(src: Tensor, indptr: Tensor) -> Tensor:
     """Softmax within each segment (same shape as src); rows outside ``[indptr[0], indptr[-1])`` give 0."""
     _check_tensors("segment_softmax_csr", src, indptr)
-    return _ops.segment_softmax(src, indptr)
+    return _ops.segment_softmax(src, _nonempty_indptr(indptr))
 
 
 def segment_logsumexp_csr(src: Tensor, indptr: Tensor) -> Tensor:

@@ -1,0 +1,69 @@
+"""The kernel and fake kernel of ``torch_segops::index_to_indptr`` (schema in src/csrc/ops.cpp): a sorted
+COO ``index`` to CSR offsets, written once with device-generic ATen ops (searchsorted), so it runs on
+every backend, traces under torch.compile and adds no host synchronisation on the GPU when the size is
+known. Used by the COO functions and by ``scatter`` (after its stable sort)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_LIB = "torch_segops::index_to_indptr"
+
+
+def _first_bad(index: Tensor, size: int, check_sorted: bool) -> str:
+    """A readable description of the first problem in index (CPU; "" when there is none)."""
+    flat = index.reshape(-1, index.size(-1))
+    if check_sorted and flat.size(1) > 1:
+        down = (flat[:, 1:] < flat[:, :-1]).nonzero()
+        if down.numel():
+            r, c = down[0].tolist()
+            return (f"index must be sorted (non-decreasing) along its last dim, got index[..., {c + 1}] = "
+                    f"{int(flat[r, c + 1])} < index[..., {c}] = {int(flat[r, c])} (in row {r} of the flattened "
+                    "leading dims); use scatter() for an unsorted index")
+    low = (flat < 0).nonzero()
+    if low.numel():
+        r, c = low[0].tolist()
+        return f"index must be non-negative, got index[..., {c}] = {int(flat[r, c])} (row {r})"
+    high = (flat >= size).nonzero()
+    if high.numel():
+        r, c = high[0].tolist()
+        return f"index must be < dim_size = {size}, got index[..., {c}] = {int(flat[r, c])} (row {r})"
+    return ""
+
+
+@torch.library.impl(_LIB, "CompositeExplicitAutograd")
+def _index_to_indptr(index: Tensor, size: int, check_sorted: bool) -> Tensor:
+    if index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"torch_segops: index must be int64 or int32, got {index.dtype}")
+    if index.dim() == 0:
+        raise ValueError("torch_segops: index must have at least one dimension, got a 0-dim tensor")
+    if size < -1:
+        raise ValueError(f"torch_segops: dim_size must be non-negative, got {size}")
+    index = index.contiguous()
+    lead, n = list(index.shape[:-1]), index.size(-1)
+    if size == -1:  # read max(index) + 1 (pytorch_scatter's default output size)
+        size = int(index.max()) + 1 if index.numel() else 0
+    if index.device.type != "cuda":  # synchronous check; a CUDA check would stall the host
+        problem = _first_bad(index, size, check_sorted) if index.numel() else ""
+        if problem:
+            raise ValueError("torch_segops: " + problem)
+    bounds = torch.arange(size + 1, dtype=index.dtype, device=index.device).expand(lead + [size + 1]).contiguous()
+    indptr = torch.searchsorted(index, bounds)
+    if index.device.type == "cuda" and n > 0:
+        bad = (index[..., 0] < 0) | (index[..., -1] >= size)
+        if check_sorted and n > 1:
+            bad |= (index[..., 1:] < index[..., :-1]).any(-1)
+        # an invalid first offset: the CSR op that reads this indptr reports it (see ops.cpp)
+        indptr[..., 0] = torch.where(bad, -1, indptr[..., 0])
+    return indptr
+
+
+@torch.library.register_fake(_LIB)
+def _index_to_indptr_fake(index: Tensor, size: int, check_sorted: bool) -> Tensor:
+    torch._check(index.dim() >= 1, lambda: "torch_segops: index must have at least one dimension")
+    if size == -1:  # data-dependent: max(index) + 2 offsets, read at run time (a bare symbol: the
+        offsets = torch.library.get_ctx().new_dynamic_size(min=1)  # output's shape must bind it)
+    else:
+        offsets = size + 1
+    return index.new_empty([*index.shape[:-1], offsets], dtype=torch.long)

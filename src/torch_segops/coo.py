@@ -1,0 +1,193 @@
+"""pytorch_scatter's COO segment functions: ``segment_coo``, ``segment_{sum,add,mean,min,max}_coo`` and
+``gather_coo``, over the CSR kernels.
+
+``index`` holds the output segment of every row of ``src`` along ``dim = index.dim() - 1`` and is
+sorted along that dim; its leading dims broadcast against ``src`` (size 1 or equal), and a size-1 last
+dim broadcasts over ``src.size(dim)``. ``torch.ops.torch_segops.index_to_indptr`` turns it into CSR
+offsets (searchsorted: no host synchronisation when the output size is known), then the CSR ops reduce,
+so results, gradients, determinism, fake kernels and torch.compile support are theirs.
+
+Output size along dim: ``out.size(dim)``, else ``dim_size``, else ``max(index) + 1`` (read from index:
+a host synchronisation on the GPU). With ``out=`` the COO reductions reduce into what ``out`` already
+holds (pytorch_scatter's documented ``out_i = out_i + sum_j src_j``; min/max keep ``out_i`` where it
+wins; mean gives ``(out_i + sum_j src_j) / max(count_i, 1)``), unlike the CSR forms, which overwrite.
+Scriptable with ``torch.jit.script`` like the CSR wrappers.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._registrations import _segment_lengths
+from .ops import _check_out, _check_reduce, _check_size_type, _check_type, _reduced_shape, _write_out
+
+_ops = torch.ops.torch_segops
+
+
+def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
+    """CSR offsets of a sorted COO index (leading dims broadcast as in pytorch_scatter)."""
+    if not torch.jit.is_scripting():
+        _check_type(fn, "src", src)
+        _check_type(fn, "index", index)
+    if index.dim() == 0 or index.dim() > src.dim():
+        raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
+                         f"got {index.dim()}")
+    dim = index.dim() - 1
+    for d in range(dim + 1):
+        if index.size(d) != 1 and index.size(d) != src.size(d):
+            raise ValueError(f"torch_segops.{fn}: index.size({d}) = {index.size(d)} does not match "
+                             f"src.size({d}) = {src.size(d)} (must be equal or 1 to broadcast)")
+    if index.size(dim) != src.size(dim):  # one index for every row along dim
+        shape: List[int] = list(index.shape)
+        shape[dim] = src.size(dim)
+        index = index.expand(shape)
+    return _ops.index_to_indptr(index, size, True)
+
+
+def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int]) -> int:
+    """Rows of the output along dim: out.size(dim), else dim_size, else -1 (read max(index) + 1)."""
+    if not torch.jit.is_scripting():
+        _check_size_type(fn, "dim_size", dim_size)
+        if out is not None:
+            _check_type(fn, "out", out)
+    if out is not None:
+        if out.dim() != src.dim():
+            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
+        n = out.size(index.dim() - 1)
+        if dim_size is not None and dim_size != n:
+            raise ValueError(f"torch_segops.{fn}: dim_size={dim_size} disagrees with out.size(dim)={n}")
+        return n
+    if dim_size is not None:
+        if dim_size < 0:
+            raise ValueError(f"torch_segops.{fn}: dim_size must be a non-negative int, got {dim_size}")
+        return dim_size
+    return -1
+
+
+def _div_count(total: Tensor, count: Tensor, rounding: str) -> Tensor:
+    """total / count: true division for floating dtypes; integer division (``rounding``: "trunc" for
+    the segment functions' C++ division, "floor" for scatter_mean) for integer ones."""
+    if total.is_floating_point():
+        return total / count
+    return torch.div(total, count, rounding_mode=rounding)
+
+
+def _reduce_into(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Tensor, n: int,
+                 counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
+    """Reduce a fresh reduction into ``out``'s current values (COO and scatter semantics) and write the
+    result into ``out``. ``values`` holds the segment sums for mean (divided here, after adding out's
+    values). For min/max, ``out_i`` wins ties and empty segments (its arg is then ``n``, src.size(dim))."""
+    _check_out(fn, out, values.dtype, values.device, list(values.shape))
+    if reduce == "sum" or reduce == "add":
+        return out.copy_(out + values), arg
+    if reduce == "mean":
+        return out.copy_(_div_count(out + values, counts, rounding)), arg
+    better = values < out if reduce == "min" else values > out
+    if values.is_floating_point():  # a NaN wins (first NaN kept), as in the segment reductions
+        better = better | (values.isnan() & ~out.isnan())
+    better = better & (arg != n)  # an empty segment has nothing to offer
+    arg = torch.where(better, arg, torch.full_like(arg, n))
+    return out.copy_(torch.where(better, values, out)), arg
+
+
+def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
+    """Positions among rows taken in the order perm ([*lead, n]; arg n for empty segments) -> positions
+    in the original src (used by scatter, which reduces src's rows in sorted order)."""
+    if n == 0:
+        return arg
+    shape: List[int] = list(perm.shape) + [1] * (arg.dim() - dim - 1)
+    full: List[int] = list(arg.shape[:dim]) + [n] + list(arg.shape[dim + 1:])
+    picked = perm.reshape(shape).expand(full).gather(dim, arg.clamp(max=n - 1))
+    return torch.where(arg == n, arg, picked)
+
+
+def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, rounding: str,
+                perm: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """The CSR reduction of the COO and scatter functions: (values, arg), reduced into ``out`` when given.
+    Integer mean divides with ``rounding``; ``perm``: src's rows are a permutation of the caller's (arg
+    is mapped back)."""
+    dim = indptr.dim() - 1
+    n = src.size(dim)
+    integer = not src.is_floating_point() and not src.is_complex()
+    if reduce == "mean" and (out is not None or integer):
+        # the sum now, divided by the counts with out's values added (or the integer division)
+        total = _ops.segment_reduce(src, indptr, "sum")[0]
+        counts = _segment_lengths(indptr, total)
+        if out is None:
+            return _div_count(total, counts, rounding), indptr.new_empty([0])
+        return _reduce_into(fn, out, reduce, total, indptr.new_empty([0]), n, counts, rounding)
+    values, arg = _ops.segment_reduce(src, indptr, reduce)
+    if perm is not None and (reduce == "min" or reduce == "max"):
+        arg = _original_arg(arg, perm, dim, n)
+    if out is None:
+        return values, arg
+    return _reduce_into(fn, out, reduce, values, arg, n, values, rounding)
+
+
+def _segment_coo(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
+                 reduce: str) -> Tuple[Tensor, Tensor]:
+    size = _output_size(fn, src, index, out, dim_size)
+    return _reduce_csr(fn, src, _coo_indptr(fn, src, index, size), out, reduce, "trunc")
+
+
+def segment_sum_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                    dim_size: Optional[int] = None) -> Tensor:
+    """Sum of the rows of ``src`` that share a (sorted) ``index`` value; with ``out``, added to it."""
+    return _segment_coo("segment_sum_coo", src, index, out, dim_size, "sum")[0]
+
+
+segment_add_coo = segment_sum_coo
+
+
+def segment_mean_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                     dim_size: Optional[int] = None) -> Tensor:
+    """Mean per index value (empty segments 0; integer src: truncating integer division); with
+    ``out``, ``(out + sum) / max(count, 1)``."""
+    return _segment_coo("segment_mean_coo", src, index, out, dim_size, "mean")[0]
+
+
+def segment_min_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                    dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    """(min, argmin) per index value; argmin holds positions along dim, ``src.size(dim)`` for empty
+    segments (and, with ``out``, where ``out``'s value is kept); ties take the first position."""
+    return _segment_coo("segment_min_coo", src, index, out, dim_size, "min")
+
+
+def segment_max_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
+                    dim_size: Optional[int] = None) -> Tuple[Tensor, Tensor]:
+    """(max, argmax) per index value; see :func:`segment_min_coo`."""
+    return _segment_coo("segment_max_coo", src, index, out, dim_size, "max")
+
+
+def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_size: Optional[int] = None,
+                reduce: str = "sum") -> Tensor:
+    """pytorch_scatter's ``segment_coo``: reduce the rows of ``src`` by their sorted ``index``."""
+    _check_reduce("segment_coo", reduce)
+    return _segment_coo("segment_coo", src, index, out, dim_size, reduce)[0]
+
+
+def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """Row ``e`` of the output along dim is ``src``'s row ``index[e]`` (index sorted along its last
+    dim); ``out``, when given, is overwritten. The gradient is a segment sum (deterministic)."""
+    fn = "gather_coo"
+    if not torch.jit.is_scripting():
+        _check_type(fn, "src", src)
+        _check_type(fn, "index", index)
+        if out is not None:
+            _check_type(fn, "out", out)
+    if index.dim() == 0 or index.dim() > src.dim():
+        raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
+                         f"got {index.dim()}")
+    dim = index.dim() - 1
+    for d in range(dim):
+        if index.size(d) != 1 and index.size(d) != src.size(d):
+            raise ValueError(f"torch_segops.{fn}: index.size({d}) = {index.size(d)} does not match "
+                             f"src.size({d}) = {src.size(d)} (must be equal or 1 to broadcast)")
+    indptr = _ops.index_to_indptr(index, src.size(dim), True)
+    result = _ops.gather_csr(src, indptr, index.size(dim))
+    if out is not None:
+        _check_out(fn, out, src.dtype, src.device, _reduced_shape(src, index, index.size(dim)))
+    return _write_out(fn, out, result)

@@ -1,0 +1,209 @@
+"""pytorch_scatter's ``scatter`` for an unsorted index, deterministic: one stable sort of the index,
+then the CSR segment reductions over the rows of ``src`` taken in sorted order.
+
+``torch.Tensor.scatter_reduce_`` / ``index_add_`` add in whatever order threads (CPU) or atomics (CUDA)
+arrive, so float results change from run to run on the GPU. Here a stable sort fixes, for every output
+row, the order of its inputs (their order in ``src``), and the CSR kernels sum each segment in a fixed
+order whatever the thread count: the result is bitwise the same run to run and for any thread count,
+and min/max ties go to the first position in ``src``. The sort and the offsets can be computed once
+(:func:`scatter_plan`) and reused by every call with the same index (the ``plan=`` argument).
+
+Broadcasting follows pytorch_scatter: a 1-D ``index`` applies along ``dim``; a longer one gets size-1
+dims appended and is expanded to ``src.shape``. When the index does not vary along the dims after
+``dim`` (a 1-D index, the graph case), whole rows are sorted and reduced with the feature dims
+vectorised; otherwise every position along the other dims is sorted on its own.
+"""
+
+# No `from __future__ import annotations` here: TorchScript needs ScatterPlan's field types as real
+# types, not strings.
+from typing import List, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .coo import _reduce_csr, _reduce_into
+from .ops import _check_size_type, _check_type
+
+_ops = torch.ops.torch_segops
+
+
+class ScatterPlan(NamedTuple):
+    """A sorted index, kept to reuse across scatter calls with the same index.
+
+    perm: ``[*lead, N]`` int64, the stable sort permutation of the index along its last dim.
+    indptr: ``[*lead, dim_size + 1]`` int64, CSR offsets of the sorted index.
+    """
+
+    perm: Tensor
+    indptr: Tensor
+
+
+def scatter_plan(index: Tensor, dim_size: Optional[int] = None) -> ScatterPlan:
+    """Sort ``index`` (stably, along its last dim) once, for :func:`scatter` calls with ``plan=``.
+
+    ``index`` is the row index in the form scatter reads it along ``dim``: ``[N]`` for a 1-D index, or
+    ``[*lead, N]`` whose leading dims broadcast against ``src.shape[:dim]``. The output size is
+    ``dim_size``, else ``max(index) + 1`` (read from the index: a host synchronisation on the GPU).
+    Values must lie in ``[0, dim_size)`` (checked as in the COO functions)."""
+    if not torch.jit.is_scripting():
+        _check_type("scatter_plan", "index", index)
+        _check_size_type("scatter_plan", "dim_size", dim_size)
+    if index.dim() == 0:
+        raise ValueError("torch_segops.scatter_plan: index must have at least one dimension, got a 0-dim tensor")
+    if dim_size is not None and dim_size < 0:
+        raise ValueError(f"torch_segops.scatter_plan: dim_size must be a non-negative int, got {dim_size}")
+    ordered, perm = torch.sort(index, dim=-1, stable=True)
+    indptr = _ops.index_to_indptr(ordered, -1 if dim_size is None else dim_size, False)
+    return ScatterPlan(perm, indptr)
+
+
+def _index_shape(fn: str, index: Tensor, src: Tensor, dim: int) -> List[int]:
+    """index's shape after pytorch_scatter's broadcast rule (before expanding to src.shape): a 1-D index
+    sits at dim; a longer one gets trailing size-1 dims. Every dim must be 1 or src's."""
+    if index.dim() == 1:
+        shape = [1] * src.dim()
+        shape[dim] = index.size(0)
+    else:
+        if index.dim() > src.dim():
+            raise ValueError(f"torch_segops.{fn}: index has {index.dim()} dims but src only {src.dim()}")
+        shape = list(index.shape) + [1] * (src.dim() - index.dim())
+    for d in range(src.dim()):
+        if shape[d] != 1 and shape[d] != src.size(d):
+            raise ValueError(f"torch_segops.{fn}: index (broadcast to {shape}) does not match src.shape = "
+                             f"{list(src.shape)} at dim {d} (must be equal or 1)")
+    return shape
+
+
+def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
+    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's)."""
+    if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
+        return src.index_select(dim, perm.reshape(-1))
+    shape: List[int] = list(perm.shape) + [1] * (src.dim() - dim - 1)
+    full: List[int] = list(src.shape[:dim]) + [perm.size(-1)] + list(src.shape[dim + 1:])
+    return src.gather(dim, perm.reshape(shape).expand(full))
+
+
+def _scatter_rows(fn: str, src: Tensor, plan: ScatterPlan, dim: int, out: Optional[Tensor],
+                  reduce: str) -> Tuple[Tensor, Tensor]:
+    """Reduce the rows of src along dim by a plan whose index does not vary along the dims after dim."""
+    perm, indptr = plan.perm, plan.indptr
+    if perm.dim() < dim + 1:  # a plan of a 1-D index used at dim > 0
+        lead = [1] * (dim + 1 - perm.dim())
+        perm = perm.reshape(lead + list(perm.shape))
+        indptr = indptr.reshape(lead + list(indptr.shape))
+    # pytorch_scatter's scatter_mean divides integers with floor
+    return _reduce_csr(fn, _permute_rows(src, perm, dim), indptr, out, reduce, "floor", perm)
+
+
+def _scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size: int,
+                     reduce: str) -> Tuple[Tensor, Tensor]:
+    """An empty src scatters nothing, whatever the index holds (pytorch_scatter reads the size from the
+    index expanded to src: 0 without dim_size): zeros, arg src.size(dim), out unchanged."""
+    shape: List[int] = list(src.shape)
+    shape[dim] = max(size, 0)
+    # zeros that stay connected to src for autograd (a sum over an empty dim or of no elements)
+    values = src.sum(dim, keepdim=True, dtype=src.dtype).expand(shape)
+    arg = torch.full(shape, src.size(dim), dtype=torch.long, device=src.device)
+    if reduce != "min" and reduce != "max":
+        arg = arg.new_empty([0])
+    if out is None:
+        return values.contiguous(), arg
+    return _reduce_into(fn, out, "sum", values, arg, src.size(dim), values, "floor")
+
+
+def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+             reduce: str, plan: Optional[ScatterPlan]) -> Tuple[Tensor, Tensor]:
+    if not torch.jit.is_scripting():
+        _check_type(fn, "src", src)
+        _check_type(fn, "index", index)
+        _check_size_type(fn, "dim_size", dim_size)
+        if out is not None:
+            _check_type(fn, "out", out)
+    if src.dim() == 0:
+        raise ValueError(f"torch_segops.{fn}: src must have at least one dimension")
+    if dim < -src.dim() or dim >= src.dim():
+        raise ValueError(f"torch_segops.{fn}: dim {dim} is out of range for src with {src.dim()} dims")
+    if dim < 0:
+        dim += src.dim()
+    if index.dim() == 0:
+        raise ValueError(f"torch_segops.{fn}: index must have at least one dimension, got a 0-dim tensor")
+    size = -1
+    if out is not None:
+        if out.dim() != src.dim():
+            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
+        size = out.size(dim)
+        if dim_size is not None and dim_size != size:
+            raise ValueError(f"torch_segops.{fn}: dim_size={dim_size} disagrees with out.size(dim)={size}")
+    elif dim_size is not None:
+        if dim_size < 0:
+            raise ValueError(f"torch_segops.{fn}: dim_size must be a non-negative int, got {dim_size}")
+        size = dim_size
+    shape = _index_shape(fn, index, src, dim)
+    if src.numel() == 0:
+        return _scatter_nothing(fn, src, dim, out, size, reduce)
+    rows_only = True
+    for d in range(dim + 1, src.dim()):
+        rows_only = rows_only and shape[d] == 1
+    if plan is not None:
+        if not rows_only:
+            raise ValueError(f"torch_segops.{fn}: plan= needs an index that does not vary along the dims after dim")
+        if plan.perm.size(-1) != src.size(dim) or plan.perm.dim() > dim + 1:
+            raise ValueError(f"torch_segops.{fn}: plan.perm has shape {list(plan.perm.shape)}, which does not fit "
+                             f"src.shape = {list(src.shape)} at dim {dim}")
+        if size != -1 and plan.indptr.size(-1) - 1 != size:
+            raise ValueError(f"torch_segops.{fn}: the plan was made for dim_size={plan.indptr.size(-1) - 1}, "
+                             f"not {size}")
+        return _scatter_rows(fn, src, plan, dim, out, reduce)
+    if rows_only:  # sort whole rows: the index reduced to [*lead, N]
+        rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
+        return _scatter_rows(fn, src, scatter_plan(rows, None if size == -1 else size), dim, out, reduce)
+    # the index varies along the feature dims: sort every position of the other dims on its own
+    last = src.dim() - 1
+    full = index.reshape(shape).expand(src.shape).movedim(dim, last)
+    moved_out = out.movedim(dim, last) if out is not None else None
+    values, arg = _scatter_rows(fn, src.movedim(dim, last), scatter_plan(full, None if size == -1 else size),
+                                last, moved_out, reduce)
+    if reduce == "min" or reduce == "max":
+        arg = arg.movedim(last, dim)
+    if out is not None:
+        return out, arg
+    return values.movedim(last, dim), arg
+
+
+def scatter_sum(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None, plan: Optional[ScatterPlan] = None) -> Tensor:
+    """Sum of the values of ``src`` scattered to ``index`` along ``dim``; with ``out``, added to it.
+    Deterministic (see the module docstring); ``plan`` reuses a :func:`scatter_plan` of this index."""
+    return _scatter("scatter_sum", src, index, dim, out, dim_size, "sum", plan)[0]
+
+
+scatter_add = scatter_sum
+
+
+def scatter_mean(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                 dim_size: Optional[int] = None, plan: Optional[ScatterPlan] = None) -> Tensor:
+    """Mean per target (0 where nothing is scattered); integer src divides with floor, as
+    pytorch_scatter's scatter_mean; with ``out``, ``(out + sum) / max(count, 1)``."""
+    return _scatter("scatter_mean", src, index, dim, out, dim_size, "mean", plan)[0]
+
+
+def scatter_min(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None, plan: Optional[ScatterPlan] = None) -> Tuple[Tensor, Tensor]:
+    """(min, argmin) per target: argmin is the position along dim in src (the first one of ties),
+    ``src.size(dim)`` where nothing is scattered (value 0) or where ``out``'s value is kept."""
+    return _scatter("scatter_min", src, index, dim, out, dim_size, "min", plan)
+
+
+def scatter_max(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None, plan: Optional[ScatterPlan] = None) -> Tuple[Tensor, Tensor]:
+    """(max, argmax) per target; see :func:`scatter_min`."""
+    return _scatter("scatter_max", src, index, dim, out, dim_size, "max", plan)
+
+
+def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None, dim_size: Optional[int] = None,
+            reduce: str = "sum", plan: Optional[ScatterPlan] = None) -> Tensor:
+    """pytorch_scatter's ``scatter`` with reduce sum/add/mean/min/max, deterministic."""
+    if reduce not in ["sum", "add", "mean", "min", "max"]:
+        raise ValueError(f"torch_segops.scatter: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got "
+                         f"'{reduce}' (pytorch_scatter's 'mul' is not provided)")
+    return _scatter("scatter", src, index, dim, out, dim_size, reduce, plan)[0]
