@@ -40,20 +40,23 @@ def assert_clean(msg: str) -> None:
 # (what fails, call, pieces the message must hold)
 CASES = [
     ("gather_csr: new output", lambda: so.gather_csr(torch.randn(3, 3), torch.tensor([0, 1, 2, 3]), size=HUGE),
-     ["torch_segops.gather_csr", "allocating out of shape (1099511627776, 3), float32, 13194139533312 bytes, on cpu"]),
+     ["torch_segops.gather_csr: allocating out of shape (1099511627776, 3), float32, 13194139533312 bytes, "
+      "on cpu failed"]),
     ("segment_csr sum: src made contiguous", lambda: so.segment_csr(huge_src(), indptr_for(HUGE)),
-     ["torch_segops.segment_reduce", "a torch call inside the op failed"]),
-    ("segment_csr max (values and arg): src made contiguous",
+     ["torch_segops.segment_csr: copying src of shape (1099511627776, 4), float32, 17592186044416 bytes, on cpu "
+      "into contiguous memory failed"]),
+    ("segment_max_csr (values and arg): src made contiguous",
      lambda: so.segment_max_csr(huge_src(dtype=torch.float64), indptr_for(HUGE)),
-     ["torch_segops.segment_reduce", "a torch call inside the op failed"]),
+     ["torch_segops.segment_csr: copying src of shape (1099511627776, 4), float64, 35184372088832 bytes"]),
     ("segment_softmax_csr: src made contiguous", lambda: so.segment_softmax_csr(huge_src(), indptr_for(HUGE)),
-     ["torch_segops.segment_softmax", "a torch call inside the op failed"]),
-    ("softmax backward: new gradient",
+     ["torch_segops.segment_softmax_csr: copying src of shape (1099511627776, 4)"]),
+    ("softmax backward: out made contiguous",
      lambda: ops.segment_softmax_backward(huge_src(), huge_src(), indptr_for(HUGE)),
-     ["allocating grad_src of shape (1099511627776, 4), float32, 17592186044416 bytes, on cpu"]),
+     ["torch_segops.segment_softmax_csr (backward): copying out of shape (1099511627776, 4)"]),
     ("int32 indptr converted to int64",
      lambda: so.segment_csr(torch.randn(4, 2), torch.zeros(1, dtype=torch.int32).expand(HUGE)),
-     ["torch_segops.segment_reduce", "a torch call inside the op failed"]),
+     ["torch_segops.segment_csr: converting indptr of shape (1099511627776), int64, 8796093022208 bytes, on cpu "
+      "to int64 failed"]),
 ]
 
 
@@ -105,3 +108,21 @@ def test_cuda_out_of_memory_is_torchs_error():
     assert "CUDA out of memory" in msg and "allocating out of shape (1099511627776, 3)" in msg, msg
     torch.cuda.empty_cache()
     torch.testing.assert_close(so.gather_csr(src, indptr), src)  # the device still works
+
+
+def test_cuda_out_of_memory_message_becomes_torchs_type():
+    """Without a GPU: the translation the public functions apply to what the C++ side raises."""
+    from torch_segops._errors import torch_error_types
+
+    def fails(msg):
+        raise RuntimeError(msg)
+
+    oom = ("torch_segops.gather_csr: allocating out of shape (1099511627776, 3), float32, 13194139533312 bytes, "
+           "on cuda:0 failed: CUDA out of memory. Tried to allocate 12.00 TiB.")
+    with pytest.raises(torch.OutOfMemoryError, match="allocating out of shape") as info:
+        torch_error_types(fails)(oom)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    with pytest.raises(RuntimeError) as info:
+        torch_error_types(fails)("torch_segops.segment_reduce: indptr must be non-decreasing")
+    assert not isinstance(info.value, torch.OutOfMemoryError)
+    assert so.segment_csr.__wrapped__ is not None, "the public functions carry the translation"

@@ -100,10 +100,9 @@ inline CsrArgs make_csr_args(const Tensor& src, const Tensor& indptr, const char
   a.N = src.size(a.dim);
   a.S = indptr.size(-1) - 1;
   for (int64_t d = a.dim + 1; d < src.dim(); ++d) a.F *= src.size(d);
-  a.src = torch::stable::contiguous(src);
-  a.indptr = indptr.scalar_type() == ScalarType::Long
-                 ? torch::stable::contiguous(indptr)
-                 : torch::stable::contiguous(torch::stable::to(indptr, ScalarType::Long));
+  a.src = contiguous_of(src, op, src_name);
+  a.indptr = indptr.scalar_type() == ScalarType::Long ? contiguous_of(indptr, op, "indptr")
+                                                      : converted(indptr, ScalarType::Long, op, "indptr");
   a.indptr_rows = a.S + 1 > 0 ? indptr.numel() / (a.S + 1) : 0;
   // Batch b -> its indptr row, honouring size-1 (broadcast) leading dims of indptr.
   a.batch_offset.resize(static_cast<size_t>(a.B));
@@ -119,8 +118,6 @@ inline CsrArgs make_csr_args(const Tensor& src, const Tensor& indptr, const char
   }
   return a;
 }
-
-inline std::vector<int64_t> sizes_of(const Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
 
 // src's shape with the reduced dim replaced by `n`.
 inline std::vector<int64_t> sizes_with_dim(const Tensor& t, int64_t dim, int64_t n) {

@@ -94,23 +94,54 @@ inline int64_t dtype_bytes(torch::headeronly::ScalarType t) {
   }
 }
 
+// "name of shape (2, 3), float32, 24 bytes, on cuda:0"
+inline std::string describe(const char* name, const std::vector<int64_t>& sizes, torch::headeronly::ScalarType dtype,
+                            const torch::stable::Tensor& on) {
+  std::ostringstream os;
+  int64_t numel = 1;
+  os << name << " of shape (";
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    os << (d ? ", " : "") << sizes[d];
+    numel *= sizes[d];
+  }
+  os << "), " << dtype_name(dtype) << ", " << numel * dtype_bytes(dtype) << " bytes, on "
+     << (on.is_cuda() ? "cuda:" + std::to_string(on.get_device_index()) : std::string("cpu"));
+  return os.str();
+}
+
+// call(), with a failed torch call reported as "torch_segops.<op>: <what()> failed: <torch's message>"
+// (`what` is only evaluated on failure).
+template <class Call, class What>
+auto torch_call(const char* op, const What& what, const Call& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    rethrow_torch_error(e, op, what() + " failed");
+  }
+}
+
+inline std::vector<int64_t> sizes_of(const torch::stable::Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
+
 // A new tensor on `like`'s device; a failure names `name`, its shape, dtype, bytes and device.
 inline torch::stable::Tensor new_tensor(const torch::stable::Tensor& like, const std::vector<int64_t>& sizes,
                                         torch::headeronly::ScalarType dtype, const char* op, const char* name) {
-  try {
-    return torch::stable::new_empty(like, sizes, dtype);
-  } catch (const std::exception& e) {
-    std::ostringstream os;
-    int64_t numel = 1;
-    os << "allocating " << name << " of shape (";
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      os << (d ? ", " : "") << sizes[d];
-      numel *= sizes[d];
-    }
-    os << "), " << dtype_name(dtype) << ", " << numel * dtype_bytes(dtype) << " bytes, on "
-       << (like.is_cuda() ? "cuda:" + std::to_string(like.get_device_index()) : std::string("cpu")) << " failed";
-    rethrow_torch_error(e, op, os.str());
-  }
+  return torch_call(op, [&] { return "allocating " + describe(name, sizes, dtype, like); },
+                    [&] { return torch::stable::new_empty(like, sizes, dtype); });
+}
+
+// `t` in contiguous memory (a copy unless it already is); a failure names the copy.
+inline torch::stable::Tensor contiguous_of(const torch::stable::Tensor& t, const char* op, const char* name) {
+  return torch_call(op, [&] { return std::string("copying ") + describe(name, sizes_of(t), t.scalar_type(), t) +
+                                     " into contiguous memory"; },
+                    [&] { return torch::stable::contiguous(t); });
+}
+
+// `t` converted to `dtype` (contiguous); a failure names the conversion.
+inline torch::stable::Tensor converted(const torch::stable::Tensor& t, torch::headeronly::ScalarType dtype,
+                                       const char* op, const char* name) {
+  return torch_call(op, [&] { return std::string("converting ") + describe(name, sizes_of(t), dtype, t) +
+                                     " to " + dtype_name(dtype); },
+                    [&] { return torch::stable::contiguous(torch::stable::to(t, dtype)); });
 }
 
 // An op entry point whose torch-call failures carry torch's message (see rethrow_torch_error):

@@ -58,6 +58,17 @@ else:
         segment_softmax_csr,
         segment_sum_csr,
     )
+    from ._errors import torch_error_types as _torch_error_types
+
+    # every public op function: a CUDA out-of-memory error is raised as torch.OutOfMemoryError (_errors.py)
+    for _name in (
+        "gather_coo", "gather_csr", "scatter", "scatter_add", "scatter_max", "scatter_mean", "scatter_min",
+        "scatter_plan", "scatter_sum", "segment_add_coo", "segment_add_csr", "segment_coo", "segment_csr",
+        "segment_logsumexp_csr", "segment_max_coo", "segment_max_csr", "segment_mean_coo", "segment_mean_csr",
+        "segment_min_coo", "segment_min_csr", "segment_softmax_csr", "segment_sum_coo", "segment_sum_csr",
+    ):
+        globals()[_name] = _torch_error_types(globals()[_name])
+    del _name
 
 __all__ = [
     "LibraryLoadError",

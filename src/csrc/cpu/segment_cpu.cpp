@@ -211,7 +211,7 @@ Tensor segment_softmax_backward_cpu(Tensor grad, Tensor out, Tensor indptr) {
   CsrArgs a = make_csr_args(out, indptr, op, "out");
   dispatch_dtype(out.scalar_type(), false, op, "out", [](auto) {});
   validate_indptr(a, a.N, op, "out.size(dim)");
-  const Tensor g = torch::stable::contiguous(grad);
+  const Tensor g = contiguous_of(grad, op, "grad");
   Tensor grad_in = fresh_output(torch::stable::new_empty(out, out.sizes()));
   cpu::kernels().softmax_backward(a, g, grad_in);
   return grad_in;

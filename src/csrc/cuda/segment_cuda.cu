@@ -460,7 +460,7 @@ Tensor segment_softmax_backward_cuda(Tensor grad, Tensor out, Tensor indptr) {
   CsrArgs a = make_csr_args(out, indptr, op, "out");
   SEGOPS_CHECK(grad.is_cuda() && grad.get_device_index() == out.get_device_index(), op,
                "grad and out must be on the same device");
-  const Tensor gc = torch::stable::contiguous(grad);
+  const Tensor gc = contiguous_of(grad, op, "grad");
   CudaCall call(a.src, op, kOpSoftmaxBackward);
   Tensor grad_in;
   dispatch_floating(out.scalar_type(), op, "out", [&](auto tag) {
