@@ -206,11 +206,22 @@ struct Validate {
     if (i0 >= total) return;
     const int64_t i1 = imin(total, i0 + per_thread);
     int64_t k = i0 % len;
-    for (int64_t i = i0; i < i1; ++i, ++k) {
-      if (k == len) k = 0;
-      if (indptr_bad(p, i, k, len, limit)) {
-        atomic_min_u64(err, (static_cast<u64>(i) << kTagBits) | tag);
-        return;
+    int64_t prev = k > 0 ? rd(p + i0 - 1) : 0;
+    constexpr int kBatch = 8;  // offsets loaded together (in flight at once), then checked in order
+    for (int64_t i = i0; i < i1; i += kBatch) {
+      int64_t v[kBatch];
+SEGOPS_UNROLL
+      for (int j = 0; j < kBatch; ++j) v[j] = i + j < i1 ? rd_async(p + i + j) : 0;
+      SEGOPS_TRACE_USE();
+      for (int j = 0; j < kBatch && i + j < i1; ++j, ++k) {
+        if (k == len) k = 0;
+        const int64_t x = v[j];
+        const bool bad = k == 0 ? x < 0 : (x < prev || (k == len - 1 && limit >= 0 && x > limit));
+        if (bad) {
+          atomic_min_u64(err, (static_cast<u64>(i + j) << kTagBits) | tag);
+          return;
+        }
+        prev = x;
       }
     }
   }
@@ -328,9 +339,10 @@ SEGOPS_HD void reduce_rows(typename Op::State (&st)[V], Fetch& fetch, int64_t ro
 SEGOPS_UNROLL
   for (int v = 0; v < V; ++v) st[v] = Op::identity();
   int64_t r = 0;
-  // Rows loaded before they are folded in: independent loads in flight per thread (fewer for wide
-  // vectors, which already move 16 bytes per load; more unrolling only grows the code).
-  constexpr int kU = V >= 4 ? 2 : 4;
+  // Rows loaded before they are folded in: independent loads in flight per thread (the memory model,
+  // benchmarks/gpu_model.py: a thread's rounds of loads, not its bytes, set the time of short segments).
+  // Wide vectors move 16 bytes per load; the flat path (V = 1, F == 1) loads 16 bytes per kVec rows.
+  constexpr int kU = V >= 4 ? 4 : 8;
   for (; r + kU <= count; r += kU) {
     A x[kU][V];
 SEGOPS_UNROLL
@@ -385,6 +397,19 @@ struct ChunkGrid {
   int64_t W, cpb;
 };
 
+// Pass 0. Thread tid = b * (cpb + 1) + ci: the merge-path coordinate of chunk border ci of batch b, searched
+// once here instead of twice by every thread of the chunk (a binary search is a chain of dependent loads).
+struct Partition : ChunkGrid {
+  int64_t N;
+  MergeCoord* coord;  // [B, cpb + 1]
+  SEGOPS_HD void operator()(int64_t tid) const {
+    const int64_t b = tid / (cpb + 1), ci = tid - b * (cpb + 1);
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N), nnz = end - base;
+    wr(coord + tid, merge_path_search(p, S, nnz, imin(ci * W, S + nnz)));
+  }
+};
+
 // Pass 1. Thread tid = ((chunk * tiles) + tile) * G + lane. kFlat: F == 1, G = tiles = 1, V = 1, rows
 // read VR at a time.
 template <class Op, class Load, class OutT, int V, bool kFlat, int VR = 1>
@@ -399,6 +424,7 @@ struct ReduceMain : ChunkGrid {
   State* head;     // [C, F]
   int64_t* ckey;   // [C]: global segment (b * S + s) of carry[c], -1 if none
   int64_t* hkey;   // [C]
+  const MergeCoord* coord;  // [B, cpb + 1] (Partition)
   int64_t total;   // B * N * F (flat path bound)
   bool vec_ok;     // flat path: aligned for VR-wide loads
   Validate val;
@@ -412,12 +438,14 @@ struct ReduceMain : ChunkGrid {
     if (f0 >= F) return;  // idle lane of the last tile (never the key writer: tile 0 lane 0 has f0 = 0)
     const bool key_writer = tile == 0 && lane == 0;
     const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N), nnz = end - base;
+    // four independent loads, in flight together
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    const MergeCoord m0 = rd_async(coord + b * (cpb + 1) + ci), m1 = rd_async(coord + b * (cpb + 1) + ci + 1);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
     const int64_t d0 = ci * W;
     int64_t ck = -1, hk = -1;
     if (d0 < S + nnz) {
-      const MergeCoord m0 = merge_path_search(p, S, nnz, d0);
-      const MergeCoord m1 = merge_path_search(p, S, nnz, imin(d0 + W, S + nnz));
       if constexpr (kFlat) {
         FlatFetch<Load, VR> fetch{load, b * N, total, vec_ok};
         walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
@@ -436,8 +464,16 @@ struct ReduceMain : ChunkGrid {
   SEGOPS_HD void walk(Fetch& fetch, const int64_t* p, int64_t b, int64_t c, int64_t f0, int64_t base, int64_t end,
                       MergeCoord m0, MergeCoord m1, int64_t& ck, int64_t& hk) const {
     const int64_t s_end = imin(m1.seg, S - 1);
+    if (m0.seg > s_end) return;
+    // p[s] and p[s + 1] of the current segment; p[s + 2] is loaded with the current segment's rows, so a
+    // segment costs no round of its own
+    int64_t lo_raw = rd_async(p + m0.seg), hi_raw = rd_async(p + m0.seg + 1);
     for (int64_t s = m0.seg; s <= s_end; ++s) {
-      const int64_t seg_lo = iclamp(rd(p + s), base, end) - base, seg_hi = iclamp(rd(p + s + 1), base, end) - base;
+      SEGOPS_TRACE_USE();
+      const int64_t nxt = s + 2 <= S ? rd_async(p + s + 2) : hi_raw;
+      const int64_t seg_lo = iclamp(lo_raw, base, end) - base, seg_hi = iclamp(hi_raw, base, end) - base;
+      lo_raw = hi_raw;
+      hi_raw = nxt;
       const int64_t lo = imax(seg_lo, m0.row), hi = imin(seg_hi, m1.row);
       const int64_t count = imax(hi - lo, 0);
       // where the piece goes: 0 complete segment, 1 carry (open at the chunk's end), 2 head (started
@@ -822,9 +858,12 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   int64_t* key[kMaxLevels] = {};
   State* head = nullptr;
   int64_t* hkey = nullptr;
+  MergeCoord* coord = nullptr;
+  const int64_t n_coord = g.B * (pl.cpb + 1);
   Carver cv;
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) cv = Carver{static_cast<char*>(ex.workspace(cv.off)), 0};
+    coord = cv.take<MergeCoord>(n_coord);
     head = cv.take<State>(pl.C * g.F);
     hkey = cv.take<int64_t>(pl.C);
     for (int l = 0; l < pl.L; ++l) {
@@ -832,8 +871,14 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
       key[l] = cv.take<int64_t>(pl.n[l]);
     }
   }
+  Partition part{};
+  static_cast<ChunkGrid&>(part) = chunk_grid(g, pl.W, pl.cpb);
+  part.N = g.N;
+  part.coord = coord;
+  ex.launch(part, n_coord);
   auto fill_main = [&](auto& k) {
     static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
+    k.coord = coord;
     k.load = load;
     k.N = g.N;
     k.G = pl.G;
