@@ -384,6 +384,7 @@ def main(argv=None) -> int:
     ap.add_argument("--refresh-resources", action="store_true", help="recompile for ptxas -v even if cached")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--elems", type=int, default=ELEMS, help="elements per input (bench_cuda.py: 2^26, --quick 2^22)")
     a = ap.parse_args(argv)
 
     meas = {(r["dist"], r["feat"], r["dtype"], r["op"]): r for r in measured_rows(a.against)} if a.against else {}
@@ -392,7 +393,7 @@ def main(argv=None) -> int:
     res = resources(a.refresh_resources)
     build_tracer()
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        traces = list(pool.map(lambda c: trace(*c), cases))
+        traces = list(pool.map(lambda c: trace(*c, elems=a.elems), cases))
 
     cal = dict(CALIBRATION)
     with_meas = [i for i, c in enumerate(cases) if (c[2], c[3], c[1], c[0]) in meas]
@@ -408,7 +409,7 @@ def main(argv=None) -> int:
     for c, tr in zip(cases, traces):
         op, dt, d, f = c
         t, parts = predict(tr, res, cal)
-        nb = case_bytes(op, dt, d, f)
+        nb = case_bytes(op, dt, d, f, a.elems)
         m = meas.get((d, f, dt, op))
         main_k = max(parts, key=lambda p: p["t"])
         bound = max(("DRAM", main_k["t_dram"]), ("latency", main_k["t_lat"]), ("L1", main_k["t_l1"]),
