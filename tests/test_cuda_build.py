@@ -6,7 +6,7 @@
   CUDA runtime, C/C++ runtime only), the shared cudart dependency and the build-info strings;
 - checks the CMake architecture selection (defaults from cmake/cuda_architectures.txt, CUDAARCHS,
   unsupported architectures) by configuring only;
-- runs the kernels' host emulation test (src/csrc/cuda/testing/emulate_kernels.cpp) under
+- runs the kernels' host emulation test (tests/cuda_emulation/emulate_kernels.cpp) under
   AddressSanitizer/UBSan: the real kernel functors against a naive reference, thread order, invalid indptr.
 
 Skipped, with the reason shown by `pytest -ra`, when nvcc (or g++ for the emulation) is absent.
@@ -240,8 +240,8 @@ def test_kernels_emulated_on_host(tmp_path):
     exe = str(tmp_path / "emulate_kernels")
     cmd = ["g++", "-std=c++17", "-O0", "-DSEGOPS_EMU_QUICK", "-fsanitize=address,undefined",
            "-fno-sanitize-recover=undefined", "-fno-strict-aliasing", "-isystem", os.path.join(TORCH_DIR, "include"),
-           "-I", os.path.join(REPO, "src", "csrc"), os.path.join(REPO, "src", "csrc", "cuda", "testing",
-                                                                   "emulate_kernels.cpp"), "-o", exe]
+           "-I", os.path.join(REPO, "src", "csrc"), os.path.join(REPO, "tests", "cuda_emulation", "emulate_kernels.cpp"),
+           "-o", exe]
     cp = subprocess.run(cmd, capture_output=True, text=True)
     assert cp.returncode == 0, cp.stderr[-5000:]
     run = subprocess.run([exe, "--quick"], capture_output=True, text=True,

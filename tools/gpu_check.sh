@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU verification of the CUDA variant, on a machine with an NVIDIA GPU, CUDA torch and nvcc.
 #
-#   bash tools/gpu_check.sh [STAGE...]     stages: info tests suite sanitizer bench benchfull (default: info tests)
+#   bash tools/gpu_check.sh [STAGE...]     stages: info tests suite sanitizer bench benchfull model
+#                                          (default: info tests; the usual full check: info tests sanitizer benchfull)
+# bench / benchfull also print the memory model's prediction (benchmarks/gpu_model.py) next to the measurement.
 #   BENCH_ARGS="--ops sum softmax" bash tools/gpu_check.sh benchfull   # options for bench_cuda.py
 #
 # The library: $TORCH_SEGOPS_LIBRARY if set (for example a _C.so built elsewhere against the stable ABI),
@@ -17,6 +19,14 @@ stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(info tests)
 status=0
 step() { printf '\n==> %s (%s)\n' "$*" "$(date +%T)"; }
+
+# The memory model's predicted table next to a measured bench_cuda.py markdown (needs g++; see docs/cuda.md).
+model() {
+  local measured=$1; shift
+  step "memory model: predicted vs measured ($measured)"
+  "$PY" benchmarks/gpu_model.py --against "$measured" --markdown "$OUT/model-vs-$(basename "$measured")" "$@" 2>&1 \
+    | tee "$OUT/model.txt" || status=1
+}
 
 library_loads() {
   "$PY" -c 'import torch_segops as t, json; print(json.dumps(t.build_info()))' 2>&1
@@ -62,12 +72,17 @@ for stage in "${stages[@]}"; do
     done ;;
   bench)
     step "benchmark (quick)"
-    "$PY" benchmarks/bench_cuda.py --quick --markdown "$OUT/bench-quick.md" 2>/dev/null | tee "$OUT/bench-quick.txt" || status=1 ;;
+    "$PY" benchmarks/bench_cuda.py --quick --markdown "$OUT/bench-quick.md" 2>/dev/null | tee "$OUT/bench-quick.txt" || status=1
+    model "$OUT/bench-quick.md" --elems 4194304 ;;
   benchfull)
     step "benchmark (full grid)"
     # shellcheck disable=SC2086  # BENCH_ARGS: extra options, e.g. "--ops sum softmax --reps 10"
     timeout "${BENCH_TIMEOUT:-500}" "$PY" benchmarks/bench_cuda.py ${BENCH_ARGS:-} --markdown "$OUT/bench-full.md" 2>"$OUT/bench-full.err" \
-      | tee "$OUT/bench-full.txt" || status=1 ;;
+      | tee "$OUT/bench-full.txt" || status=1
+    model "$OUT/bench-full.md" ;;
+  model)  # the model against the last full benchmark of this run (or the recorded H100 one)
+    f="$OUT/bench-full.md"; [ -f "$f" ] || f=benchmarks/results/cuda-h100-2026-11-23.md
+    model "$f" ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

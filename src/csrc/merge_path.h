@@ -7,6 +7,11 @@
 
 #include "reducers.h"  // SEGOPS_HD
 
+// The CUDA host tracer (benchmarks/gpu_model.py) counts the search's reads; nothing elsewhere.
+#ifndef SEGOPS_TRACE_INDEX
+#define SEGOPS_TRACE_INDEX(p) ((void)0)
+#endif
+
 namespace torch_segops {
 
 struct MergeCoord {
@@ -24,6 +29,7 @@ SEGOPS_HD MergeCoord merge_path_search_in(const int64_t* indptr, int64_t nnz, in
   hi = diag < hi ? diag : hi;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
+    SEGOPS_TRACE_INDEX(indptr + mid + 1);
     if (indptr[mid + 1] - base <= diag - mid - 1) {
       lo = mid + 1;
     } else {

@@ -1,5 +1,5 @@
 // Messages of the CUDA backend's errors, as plain host functions of plain values (no CUDA, no torch), so
-// that the host emulation test (testing/emulate_kernels.cpp) checks them without a GPU; segment_cuda.cu
+// that the host emulation test (tests/cuda_emulation/emulate_kernels.cpp) checks them without a GPU; segment_cuda.cu
 // gathers the values (device properties, the error record) and throws.
 #pragma once
 

@@ -3,7 +3,7 @@
 // Every kernel is a functor with `operator()(int64_t tid)` that one GPU thread runs; threads of a
 // kernel never talk to each other (no shared memory, no shuffles, no float atomics), they only
 // communicate through global memory between kernels. segment_cuda.cu launches a functor with one
-// generic __global__ template; the host emulation test (testing/emulate_kernels.cpp, built with g++)
+// generic __global__ template; the host emulation test (tests/cuda_emulation/emulate_kernels.cpp, built with g++)
 // runs the very same functors and drivers thread by thread on the CPU, in any order, under
 // AddressSanitizer. That is how the index arithmetic and the clamping of invalid offsets are tested
 // without a GPU.
@@ -38,6 +38,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+// ---- access tracing (the memory-access model, benchmarks/gpu_model.py; compiled out everywhere else) -----
+// Kernels read and write global memory through load_vec/store_vec and rd/rd_async/wr below, which report
+// each access to the host tracer (tests/cuda_emulation/trace_kernels.cpp) when SEGOPS_TRACE_ACCESSES is
+// defined. Kinds: 0 a load whose value is used later (at SEGOPS_TRACE_USE(): the thread then waits for
+// every load it has in flight), 1 a load used at once (an offset deciding the next address), 2 a store.
+#if defined(SEGOPS_TRACE_ACCESSES) && !defined(__CUDA_ARCH__)
+void segops_trace_access(const void* p, int bytes, int kind, int site);
+void segops_trace_use();
+#define SEGOPS_TRACE(p, n, kind) ::segops_trace_access((p), static_cast<int>(n), (kind), __LINE__)
+#define SEGOPS_TRACE_USE() ::segops_trace_use()
+#define SEGOPS_TRACE_INDEX(p) SEGOPS_TRACE((p), 8, 1)
+#else
+#define SEGOPS_TRACE(p, n, kind) ((void)0)
+#define SEGOPS_TRACE_USE() ((void)0)
+#endif
 
 #include "merge_path.h"
 #include "reducers.h"
@@ -82,6 +98,21 @@ SEGOPS_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 SEGOPS_HD int64_t iclamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Global memory accesses outside the vector loads: rd (value used at once), rd_async (used later, after
+// SEGOPS_TRACE_USE), wr. Plain dereferences; only the tracer sees a difference.
+template <typename X> SEGOPS_HD X rd(const X* p) {
+  SEGOPS_TRACE(p, sizeof(X), 1);
+  return *p;
+}
+template <typename X> SEGOPS_HD X rd_async(const X* p) {
+  SEGOPS_TRACE(p, sizeof(X), 0);
+  return *p;
+}
+template <typename X> SEGOPS_HD void wr(X* p, const X& v) {
+  SEGOPS_TRACE(p, sizeof(X), 2);
+  *p = v;
+}
+
 // V contiguous elements, aligned so that one load/store instruction moves them (16 bytes for V*T).
 template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
   T v[V];
@@ -89,6 +120,7 @@ template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
 
 template <int V, typename T, typename A>
 SEGOPS_HD void load_vec(const T* p, int64_t e, A (&o)[V]) {
+  SEGOPS_TRACE(p + e, sizeof(T) * V, 0);
   if constexpr (V == 1) {
     o[0] = static_cast<A>(p[e]);
   } else {
@@ -100,6 +132,7 @@ SEGOPS_UNROLL
 
 template <int V, typename T>
 SEGOPS_HD void store_vec(T* p, int64_t e, const T (&o)[V]) {
+  SEGOPS_TRACE(p + e, sizeof(T) * V, 2);
   if constexpr (V == 1) {
     p[e] = o[0];
   } else {
@@ -156,7 +189,8 @@ enum OpId : int32_t { kOpSegmentCsr = 0, kOpGatherCsr = 1, kOpSoftmax = 2, kOpSo
 
 // The offset checks of the CPU backend, for position i of a flattened [rows, len] indptr.
 SEGOPS_HD bool indptr_bad(const int64_t* p, int64_t i, int64_t k, int64_t len, int64_t limit) {
-  return k == 0 ? p[i] < 0 : (p[i] < p[i - 1] || (k == len - 1 && limit >= 0 && p[i] > limit));
+  const int64_t v = rd(p + i);
+  return k == 0 ? v < 0 : (v < p[i - 1] || (k == len - 1 && limit >= 0 && v > limit));
 }
 
 // Thread tid checks offsets [tid * per_thread, (tid + 1) * per_thread) and keeps the smallest bad
@@ -172,11 +206,22 @@ struct Validate {
     if (i0 >= total) return;
     const int64_t i1 = imin(total, i0 + per_thread);
     int64_t k = i0 % len;
-    for (int64_t i = i0; i < i1; ++i, ++k) {
-      if (k == len) k = 0;
-      if (indptr_bad(p, i, k, len, limit)) {
-        atomic_min_u64(err, (static_cast<u64>(i) << kTagBits) | tag);
-        return;
+    int64_t prev = k > 0 ? rd(p + i0 - 1) : 0;
+    constexpr int kBatch = 8;  // offsets loaded together (in flight at once), then checked in order
+    for (int64_t i = i0; i < i1; i += kBatch) {
+      int64_t v[kBatch];
+SEGOPS_UNROLL
+      for (int j = 0; j < kBatch; ++j) v[j] = i + j < i1 ? rd_async(p + i + j) : 0;
+      SEGOPS_TRACE_USE();
+      for (int j = 0; j < kBatch && i + j < i1; ++j, ++k) {
+        if (k == len) k = 0;
+        const int64_t x = v[j];
+        const bool bad = k == 0 ? x < 0 : (x < prev || (k == len - 1 && limit >= 0 && x > limit));
+        if (bad) {
+          atomic_min_u64(err, (static_cast<u64>(i + j) << kTagBits) | tag);
+          return;
+        }
+        prev = x;
       }
     }
   }
@@ -294,13 +339,15 @@ SEGOPS_HD void reduce_rows(typename Op::State (&st)[V], Fetch& fetch, int64_t ro
 SEGOPS_UNROLL
   for (int v = 0; v < V; ++v) st[v] = Op::identity();
   int64_t r = 0;
-  // Rows loaded before they are folded in: independent loads in flight per thread (fewer for wide
-  // vectors, which already move 16 bytes per load; more unrolling only grows the code).
-  constexpr int kU = V >= 4 ? 2 : 4;
+  // Rows loaded before they are folded in: independent loads in flight per thread (the memory model,
+  // benchmarks/gpu_model.py: a thread's rounds of loads, not its bytes, set the time of short segments).
+  // Wide vectors move 16 bytes per load; the flat path (V = 1, F == 1) loads 16 bytes per kVec rows.
+  constexpr int kU = V >= 4 ? 4 : 8;
   for (; r + kU <= count; r += kU) {
     A x[kU][V];
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) fetch(row0 + r + u, x[u]);
+    SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
 SEGOPS_UNROLL
@@ -310,6 +357,7 @@ SEGOPS_UNROLL
   for (; r < count; ++r) {
     A x[V];
     fetch(row0 + r, x);
+    SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int v = 0; v < V; ++v) Op::step(st[v], x[v], row0 + r);
   }
@@ -318,9 +366,9 @@ SEGOPS_UNROLL
 template <class Op, class OutT>
 SEGOPS_HD void write_result(const typename Op::State& st, int64_t count, int64_t N, OutT* out, int64_t* arg,
                             int64_t o) {
-  out[o] = static_cast<OutT>(Op::finalize(st, count));
+  wr(out + o, static_cast<OutT>(Op::finalize(st, count)));
   if constexpr (Op::kHasArg) {
-    if (arg != nullptr) arg[o] = count > 0 ? st.arg : N;
+    if (arg != nullptr) wr(arg + o, count > 0 ? st.arg : N);
   }
 }
 
@@ -334,7 +382,7 @@ SEGOPS_UNROLL
   if constexpr (Op::kHasArg) {
     if (arg != nullptr) {
 SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) arg[o + v] = count > 0 ? st[v].arg : N;
+      for (int v = 0; v < V; ++v) wr(arg + o + v, count > 0 ? st[v].arg : N);
     }
   }
 }
@@ -347,6 +395,19 @@ struct ChunkGrid {
   BatchMap bmap;
   int64_t S, F;
   int64_t W, cpb;
+};
+
+// Pass 0. Thread tid = b * (cpb + 1) + ci: the merge-path coordinate of chunk border ci of batch b, searched
+// once here instead of twice by every thread of the chunk (a binary search is a chain of dependent loads).
+struct Partition : ChunkGrid {
+  int64_t N;
+  MergeCoord* coord;  // [B, cpb + 1]
+  SEGOPS_HD void operator()(int64_t tid) const {
+    const int64_t b = tid / (cpb + 1), ci = tid - b * (cpb + 1);
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N), nnz = end - base;
+    wr(coord + tid, merge_path_search(p, S, nnz, imin(ci * W, S + nnz)));
+  }
 };
 
 // Pass 1. Thread tid = ((chunk * tiles) + tile) * G + lane. kFlat: F == 1, G = tiles = 1, V = 1, rows
@@ -363,6 +424,7 @@ struct ReduceMain : ChunkGrid {
   State* head;     // [C, F]
   int64_t* ckey;   // [C]: global segment (b * S + s) of carry[c], -1 if none
   int64_t* hkey;   // [C]
+  const MergeCoord* coord;  // [B, cpb + 1] (Partition)
   int64_t total;   // B * N * F (flat path bound)
   bool vec_ok;     // flat path: aligned for VR-wide loads
   Validate val;
@@ -376,12 +438,14 @@ struct ReduceMain : ChunkGrid {
     if (f0 >= F) return;  // idle lane of the last tile (never the key writer: tile 0 lane 0 has f0 = 0)
     const bool key_writer = tile == 0 && lane == 0;
     const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(p[0], 0, N), end = iclamp(p[S], base, N), nnz = end - base;
+    // four independent loads, in flight together
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    const MergeCoord m0 = rd_async(coord + b * (cpb + 1) + ci), m1 = rd_async(coord + b * (cpb + 1) + ci + 1);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
     const int64_t d0 = ci * W;
     int64_t ck = -1, hk = -1;
     if (d0 < S + nnz) {
-      const MergeCoord m0 = merge_path_search(p, S, nnz, d0);
-      const MergeCoord m1 = merge_path_search(p, S, nnz, imin(d0 + W, S + nnz));
       if constexpr (kFlat) {
         FlatFetch<Load, VR> fetch{load, b * N, total, vec_ok};
         walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
@@ -391,8 +455,8 @@ struct ReduceMain : ChunkGrid {
       }
     }
     if (key_writer) {
-      ckey[c] = ck;
-      hkey[c] = hk;
+      wr(ckey + c, ck);
+      wr(hkey + c, hk);
     }
   }
 
@@ -400,8 +464,16 @@ struct ReduceMain : ChunkGrid {
   SEGOPS_HD void walk(Fetch& fetch, const int64_t* p, int64_t b, int64_t c, int64_t f0, int64_t base, int64_t end,
                       MergeCoord m0, MergeCoord m1, int64_t& ck, int64_t& hk) const {
     const int64_t s_end = imin(m1.seg, S - 1);
+    if (m0.seg > s_end) return;
+    // p[s] and p[s + 1] of the current segment; p[s + 2] is loaded with the current segment's rows, so a
+    // segment costs no round of its own
+    int64_t lo_raw = rd_async(p + m0.seg), hi_raw = rd_async(p + m0.seg + 1);
     for (int64_t s = m0.seg; s <= s_end; ++s) {
-      const int64_t seg_lo = iclamp(p[s], base, end) - base, seg_hi = iclamp(p[s + 1], base, end) - base;
+      SEGOPS_TRACE_USE();
+      const int64_t nxt = s + 2 <= S ? rd_async(p + s + 2) : hi_raw;
+      const int64_t seg_lo = iclamp(lo_raw, base, end) - base, seg_hi = iclamp(hi_raw, base, end) - base;
+      lo_raw = hi_raw;
+      hi_raw = nxt;
       const int64_t lo = imax(seg_lo, m0.row), hi = imin(seg_hi, m1.row);
       const int64_t count = imax(hi - lo, 0);
       // where the piece goes: 0 complete segment, 1 carry (open at the chunk's end), 2 head (started
@@ -415,7 +487,7 @@ struct ReduceMain : ChunkGrid {
       } else {
         State* dst = (kind == 1 ? carry : head) + c * F + f0;
         SEGOPS_UNROLL
-        for (int v = 0; v < V; ++v) dst[v] = st[v];
+        for (int v = 0; v < V; ++v) wr(dst + v, st[v]);
         (kind == 1 ? ck : hk) = b * S + s;
       }
     }
@@ -438,16 +510,16 @@ template <class Op> struct LevelCarry {
     const int64_t g = tid / F, f = tid - g * F;
     if (g >= n_out) return;
     const int64_t last = imin((g + 1) * K, n_in) - 1;
-    const int64_t k = key_in[last];
-    if (f == 0) key_out[g] = k;
+    const int64_t k = rd(key_in + last);
+    if (f == 0) wr(key_out + g, k);
     if (k < 0) return;
-    State acc = carry_in[last * F + f];
-    for (int64_t j = last - 1; j >= g * K && key_in[j] == k; --j) {
-      State t = carry_in[j * F + f];
+    State acc = rd(carry_in + last * F + f);
+    for (int64_t j = last - 1; j >= g * K && rd(key_in + j) == k; --j) {
+      State t = rd(carry_in + j * F + f);
       Op::merge(t, acc);
       acc = t;
     }
-    carry_out[g * F + f] = acc;
+    wr(carry_out + g * F + f, acc);
   }
 };
 
@@ -471,9 +543,9 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
     if (tid == 0) pub.run();
     if (tid >= C * F) return;
     const int64_t c = tid / F, f = tid - c * F;
-    const int64_t k = hkey[c];
+    const int64_t k = rd(hkey + c);
     if (k < 0) return;
-    State acc = head[c * F + f];
+    State acc = rd(head + c * F + f);
     int l = 0;
     int64_t j = c - 1;
     while (j >= 0) {
@@ -481,8 +553,8 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
       const int64_t gs = top ? 0 : (j / K) * K;
       const State* cl = carry[l];
       const int64_t* kl = key[l];
-      while (j >= gs && kl[j] == k) {
-        State t = cl[j * F + f];
+      while (j >= gs && rd(kl + j) == k) {
+        State t = rd(cl + j * F + f);
         Op::merge(t, acc);
         acc = t;
         --j;
@@ -493,8 +565,8 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
     }
     const int64_t b = k / S, s = k - b * S;
     const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(p[0], 0, N), end = iclamp(p[S], base, N);
-    const int64_t count = imax(iclamp(p[s + 1], base, end) - iclamp(p[s], base, end), 0);
+    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N);
+    const int64_t count = imax(iclamp(rd(p + s + 1), base, end) - iclamp(rd(p + s), base, end), 0);
     write_result<Op>(acc, count, N, out, arg, k * F + f);
   }
 };
@@ -512,7 +584,7 @@ struct ValidateKernel {
     const int64_t i1 = imin(val.total, i0 + val.per_thread);
     int64_t m = 0;
     for (int64_t i = i0; i < i1; ++i) {
-      if (i % val.len == val.len - 1 && val.p[i] > m) m = val.p[i];
+      if (i % val.len == val.len - 1 && rd(val.p + i) > m) m = val.p[i];
     }
     atomic_min_u64(max_last, ~static_cast<u64>(m));
   }
@@ -525,13 +597,7 @@ template <typename T> struct GatherFn {
   using OutT = T;
   const T* src;
   template <int V> SEGOPS_HD void apply(int64_t, int64_t se, T (&o)[V]) const {
-    if constexpr (V == 1) {
-      o[0] = src[se];
-    } else {
-      const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(src + se);
-SEGOPS_UNROLL
-      for (int j = 0; j < V; ++j) o[j] = v.v[j];
-    }
+    load_vec<V>(src, se, o);
   }
 };
 
@@ -583,7 +649,7 @@ template <class Fn, int V> struct Expand : ChunkGrid {
     if (c >= C) return;
     const int64_t b = c / cpb, ci = c - b * cpb;
     const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(p[0], 0, R), end = iclamp(p[S], base, R), nnz = end - base;
+    const int64_t base = iclamp(rd(p), 0, R), end = iclamp(rd(p + S), base, R), nnz = end - base;
     // Lanes walk (row, feature vector) pairs q = lane, lane + 32, ... of a row range in order; the pair
     // advances by (32 / nfv rows, 32 % nfv vectors) with a carry, so there is no division per item.
     const int64_t dr = kLanes / nfv, dv = kLanes - dr * nfv;
@@ -616,7 +682,7 @@ template <class Fn, int V> struct Expand : ChunkGrid {
     int64_t s = imin(m0.seg, S - 1);
     for (int64_t r = r_first, v = v_first; r < nrows;) {
       const int64_t rr = r0 + r;  // rows only increase along the loop: advance the segment
-      while (s < S - 1 && iclamp(p[s + 1], base, end) - base <= rr) ++s;
+      while (s < S - 1 && iclamp(rd(p + s + 1), base, end) - base <= rr) ++s;
       const int64_t e = (b * R + base + rr) * F + v * V, se = (b * S + s) * F + v * V;
       OutT o[V];
       fn.template apply<V>(e, se, o);
@@ -792,9 +858,12 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   int64_t* key[kMaxLevels] = {};
   State* head = nullptr;
   int64_t* hkey = nullptr;
+  MergeCoord* coord = nullptr;
+  const int64_t n_coord = g.B * (pl.cpb + 1);
   Carver cv;
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) cv = Carver{static_cast<char*>(ex.workspace(cv.off)), 0};
+    coord = cv.take<MergeCoord>(n_coord);
     head = cv.take<State>(pl.C * g.F);
     hkey = cv.take<int64_t>(pl.C);
     for (int l = 0; l < pl.L; ++l) {
@@ -802,8 +871,14 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
       key[l] = cv.take<int64_t>(pl.n[l]);
     }
   }
+  Partition part{};
+  static_cast<ChunkGrid&>(part) = chunk_grid(g, pl.W, pl.cpb);
+  part.N = g.N;
+  part.coord = coord;
+  ex.launch(part, n_coord);
   auto fill_main = [&](auto& k) {
     static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
+    k.coord = coord;
     k.load = load;
     k.N = g.N;
     k.G = pl.G;

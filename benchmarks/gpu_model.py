@@ -1,0 +1,459 @@
+"""Memory-access model of the CUDA kernels: predicted H100 times without a GPU.
+
+    python benchmarks/gpu_model.py                      # calibration table: model vs the recorded H100 rows
+    python benchmarks/gpu_model.py --ops sum --dists uniform --features 1 16   # predictions only
+    python benchmarks/gpu_model.py --markdown out.md    # also write the tables as markdown
+    python benchmarks/gpu_model.py --against benchmarks/results/<run>.md   # compare with another measured run
+
+What it does, per benchmark case (the inputs of benchmarks/bench_cuda.py: same distributions, seed and
+sizes, 2^26 elements):
+
+1. Traces the kernels. tests/cuda_emulation/trace_kernels.cpp (built here with g++) runs the real
+   drivers and kernels of src/csrc/cuda/segment_kernels.cuh on the CPU and records, for a sample of
+   warps, every global load and store (address, bytes, access site). Per launch it reports
+   - sector efficiency: useful bytes / (32 x distinct 32-byte sectors) of each warp instruction (the
+     k-th execution of an access site by the 32 lanes);
+   - rounds: a lane's loads between two waits (a load whose value is used at once, such as an offset,
+     an explicit SEGOPS_TRACE_USE, a store of loaded data) are in flight together; a warp's round is
+     classed L1 / L2 / DRAM by the slowest sector it needs;
+   - the distinct sectors read and written (DRAM traffic).
+2. Occupancy from the real compiled kernel: `nvcc -cubin -arch=sm_90 -Xptxas -v` of segment_cuda.cu
+   (registers per thread, shared memory per block) -> resident warps per SM.
+3. Time per launch: the larger of
+   - DRAM time = DRAM bytes / COPY_BW,
+   - latency time (Little's law) = average warp chain (sum of its round latencies) x warps /
+     (SMS x resident warps per SM), at least the longest sampled warp's chain,
+   - L1 time = sector requests x 32 B / (SMS x L1_BYTES_PER_CLK x CLOCK),
+   combined as a p-norm (p fitted), plus a fixed cost per launch (fitted). "Bytes in flight per SM" =
+   resident warps x bytes loaded per warp round.
+   Calibrated on the 40 full-size rows of benchmarks/results/cuda-h100-2026-11-23.md (segment sum and
+   softmax, float32 and bfloat16, F = 1 / 16 / 64 / 256, uniform / power-law / few-huge), measured with
+   the kernels of commit 0533d0f; the fitted constants are below (CALIBRATION) and docs/cuda.md gives
+   the fit.
+
+Traces are cached under $GPU_MODEL_CACHE (default ~/.cache/torch_segops_gpu_model), keyed by the kernel
+sources; the first full run takes a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# ---- H100 SXM5 80GB constants ----------------------------------------------------------------------------
+SMS = 132  # SMs enabled on H100 SXM5 (NVIDIA H100 whitepaper; chipsandcheese.com "Nvidia's H100: Funny L2")
+HBM_PEAK = 3.35e12  # B/s, HBM3 (NVIDIA H100 SXM datasheet)
+# B/s, read + write, what dst.copy_(src) reached in the same runs (median "copy GB/s" of the 40 rows of
+# benchmarks/results/cuda-h100-2026-11-23.md): the DRAM roof a streaming kernel can reach
+COPY_BW = 2.83e12
+CLOCK = 1.755e9  # Hz, SM clock under memory-bound load (H100 boost 1.755-1.98 GHz; chipsandcheese.com)
+# load-to-use latencies in cycles (fp4-site.pages.dev "GPU memory hierarchy": L1 ~30, L2 ~200, HBM ~600;
+# chipsandcheese.com measured similar); scaled by the fitted LAT_SCALE
+LAT_L1, LAT_L2, LAT_DRAM = 30.0, 200.0, 600.0
+L1_BYTES_PER_CLK = 128  # per SM (Hopper L1: 128 B/clk load bandwidth per SM)
+L1_DATA_BYTES = 224 * 1024  # L1 left to data when a kernel uses no shared memory (256 KB L1 + shared per SM)
+L2_BW = 5.5e12  # B/s, L2 -> SM bandwidth (chipsandcheese.com measured ~5.5 TB/s on H100 PCIe)
+REGS_PER_SM, MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM, SMEM_PER_SM = 65536, 64, 32, 228 * 1024
+THREADS_PER_BLOCK = 256  # segment_cuda.cu kThreads
+
+# Fitted on the 40 rows (python benchmarks/gpu_model.py --fit): latency scale, p of the p-norm, seconds
+# per launch.
+CALIBRATION = {"lat_scale": 2.0, "round_cycles": 800, "p": 8.0, "launch_s": 0.0}
+
+MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
+RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
+SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
+           "src/csrc/reducers.h", "tests/cuda_emulation/trace_kernels.cpp"]
+ELEMS = 1 << 26
+
+
+def source_hash(files=SOURCES) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        with open(os.path.join(REPO, f), "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> str:
+    d = os.environ.get("GPU_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "torch_segops_gpu_model")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def torch_include() -> str:
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    return os.path.join(list(spec.submodule_search_locations)[0], "include")
+
+
+# ---- tracer ---------------------------------------------------------------------------------------------------
+
+def build_tracer() -> str:
+    exe = os.path.join(cache_dir(), f"trace_kernels-{source_hash()}")
+    if not os.path.exists(exe):
+        cmd = ["g++", "-std=c++17", "-O2", "-DSEGOPS_TRACE_ACCESSES", "-isystem", torch_include(),
+               "-I", os.path.join(REPO, "src", "csrc"), os.path.join(REPO, "tests", "cuda_emulation", "trace_kernels.cpp"),
+               "-o", exe + ".tmp"]
+        subprocess.run(cmd, check=True)
+        os.replace(exe + ".tmp", exe)
+    return exe
+
+
+def case_indptr(dist: str, feat: int, elems: int = ELEMS):
+    """The benchmark's indptr for this case (benchmarks/bench_cuda.py make_indptr, seed 0)."""
+    import torch
+    import bench_cuda
+    gen = torch.Generator().manual_seed(0)
+    rows = max(1, elems // feat)
+    return rows, bench_cuda.make_indptr(rows, dist, gen)
+
+
+def trace(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS) -> list[dict]:
+    key = f"{source_hash()}-{op}-{dtype}-{dist}-{feat}-{elems}"
+    path = os.path.join(cache_dir(), key + ".json")
+    if os.path.exists(path):
+        with open(path) as fh:
+            return json.load(fh)
+    exe = build_tracer()
+    rows, indptr = case_indptr(dist, feat, elems)
+    ipath = os.path.join(cache_dir(), f"indptr-{dist}-{feat}-{elems}.bin")
+    if not os.path.exists(ipath):
+        import threading
+        tmp = f"{ipath}.{os.getpid()}.{threading.get_ident()}"
+        indptr.numpy().tofile(tmp)
+        os.replace(tmp, ipath)
+    n = rows
+    if op == "gather":  # the output has `rows` rows; src has one row per segment
+        n = rows
+    cp = subprocess.run([exe, op, dtype, str(feat), str(n), ipath], capture_output=True, text=True)
+    if cp.returncode != 0:
+        raise RuntimeError(f"tracer failed for {key}: {cp.stderr[-2000:]}")
+    launches = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
+    with open(path + ".tmp", "w") as fh:
+        json.dump(launches, fh)
+    os.replace(path + ".tmp", path)
+    return launches
+
+
+# ---- occupancy from the compiled kernels ------------------------------------------------------------------------
+
+def _norm(name: str) -> str:
+    return re.sub(r"\s+", "", name)
+
+
+def compile_resources(nvcc: str) -> dict:
+    """{normalised functor type: {"regs": n, "smem": bytes}} from ptxas -v of an sm_90 cubin."""
+    out = os.path.join(cache_dir(), "segment_cuda.cubin")
+    cmd = [nvcc, "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DUSE_CUDA",
+           "-DTORCH_SEGOPS_WITH_CUDA", "-DTORCH_TARGET_VERSION=0x020a000000000000",
+           "-I", os.path.join(REPO, "src", "csrc"), "-isystem", torch_include(), "-Xptxas", "-v",
+           os.path.join(REPO, "src", "csrc", "cuda", "segment_cuda.cu"), "-o", out]
+    cp = subprocess.run(cmd, capture_output=True, text=True)
+    if cp.returncode != 0:
+        raise RuntimeError(cp.stderr[-4000:])
+    res, cur = {}, None
+    names = []
+    for line in cp.stderr.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            cur = m.group(1)
+            names.append(cur)
+            res[cur] = {"regs": 0, "smem": 0}
+            continue
+        if cur:
+            m = re.search(r"Used (\d+) registers", line)
+            if m:
+                res[cur]["regs"] = int(m.group(1))
+            m = re.search(r"(\d+) bytes smem", line)
+            if m:
+                res[cur]["smem"] = int(m.group(1))
+    filt = shutil.which("c++filt")
+    dem = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    table = {}
+    for mangled, d in zip(names, dem):
+        m = re.match(r"void torch_segops::cuda::run_kernel<(.*)>\((.*)\)$", d)
+        if m:
+            table[_norm(m.group(1))] = res[mangled]
+    return table
+
+
+def resources(refresh: bool = False) -> dict:
+    """Kernel resources for the current sources: the committed file when its source hash matches, else a fresh
+    sm_90 compile (needs nvcc), else the committed file with a warning."""
+    want = source_hash(SOURCES[:4])
+    saved = None
+    if os.path.exists(RESOURCES):
+        with open(RESOURCES) as fh:
+            saved = json.load(fh)
+        if saved.get("source_hash") == want and not refresh:
+            return saved["kernels"]
+    cached = os.path.join(cache_dir(), f"resources-{want}.json")
+    if os.path.exists(cached) and not refresh:
+        with open(cached) as fh:
+            return json.load(fh)["kernels"]
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_cuda_build", os.path.join(REPO, "tools", "check_cuda_build.py"))
+    ccb = importlib.util.module_from_spec(spec)
+    sys.modules["check_cuda_build"] = ccb
+    spec.loader.exec_module(ccb)
+    nvcc = ccb.find_nvcc()  # tools/check_cuda_build.py's search
+    if nvcc is None:
+        if saved is None:
+            raise RuntimeError("no nvcc and no saved kernel resources: cannot compute occupancy")
+        print("warning: kernel sources changed and nvcc is absent: occupancy from the saved resources",
+              file=sys.stderr)
+        return saved["kernels"]
+    data = {"source_hash": want, "arch": "sm_90", "kernels": compile_resources(nvcc)}
+    for path in (cached, RESOURCES):  # the repository copy serves machines without nvcc
+        with open(path, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+    return data["kernels"]
+
+
+def resident_warps(regs: int, smem: int) -> int:
+    warps_per_block = THREADS_PER_BLOCK // 32
+    regs_alloc = max(1, math.ceil(regs / 8) * 8) * 32 * warps_per_block  # per block, 8-register granules
+    blocks = min(MAX_BLOCKS_PER_SM, REGS_PER_SM // regs_alloc, MAX_WARPS_PER_SM // warps_per_block)
+    if smem > 0:
+        blocks = min(blocks, SMEM_PER_SM // (smem + 1024))
+    return max(1, blocks) * warps_per_block
+
+
+# ---- time -----------------------------------------------------------------------------------------------------
+
+def launch_time(l: dict, res: dict, cal: dict) -> dict:
+    scale = l["warps"] / max(1, l["sampled"])
+    r = res.get(_norm(l["kernel"]))
+    regs, smem = (r["regs"], r["smem"]) if r else (64, 0)
+    warps_sm = resident_warps(regs, smem)
+    dram = (l["read_sectors"] + l["written_sectors"]) * 32 * scale
+    # the warp's L1 share: the largest simulated capacity <= L1 / resident warps
+    share = max(1, L1_DATA_BYTES - smem * (L1_DATA_BYTES // SMEM_PER_SM)) / warps_sm
+    c = max([0] + [i for i, cap in enumerate(l["l1_caps"]) if cap <= share])
+    rd, mx = l["rounds"][c], l["max_chain"][c]
+    # a round costs its load latency plus the instructions between rounds (round_cycles, fitted)
+    lat = cal["lat_scale"] * (LAT_L1 * rd[0] + LAT_L2 * rd[1] + LAT_DRAM * rd[2]) + cal["round_cycles"] * sum(rd)
+    avg_chain = lat / max(1, l["sampled"]) / CLOCK
+    max_chain = (cal["lat_scale"] * (LAT_L1 * mx[0] + LAT_L2 * mx[1] + LAT_DRAM * mx[2])
+                 + cal["round_cycles"] * sum(mx)) / CLOCK
+    waves = l["warps"] / (SMS * warps_sm)
+    t_lat = max(avg_chain * waves, max_chain)
+    t_dram = dram / COPY_BW
+    t_l1 = (l["ld_sector"] + l["st_sector"]) * scale / (SMS * L1_BYTES_PER_CLK * CLOCK)
+    t_l2 = (l["l1_miss"][c] + l["st_sector"] / 32) * 32 * scale / L2_BW
+    p = cal["p"]
+    t = (t_dram ** p + t_lat ** p + t_l1 ** p + t_l2 ** p) ** (1 / p) + cal["launch_s"]
+    rounds = l["n_rounds"]
+    return dict(kernel=l["kernel"], t=t, t_dram=t_dram, t_lat=t_lat, t_l1=t_l1, t_l2=t_l2, regs=regs, warps_sm=warps_sm,
+                dram=dram,
+                ld_eff=l["ld_useful"] / l["ld_sector"] if l["ld_sector"] else None,
+                st_eff=l["st_useful"] / l["st_sector"] if l["st_sector"] else None,
+                inflight_sm=warps_sm * (l["round_bytes"] / rounds if rounds else 0.0))
+
+
+def predict(launches: list[dict], res: dict, cal: dict) -> tuple[float, list[dict]]:
+    parts = [launch_time(l, res, cal) for l in launches]
+    return sum(p["t"] for p in parts), parts
+
+
+def case_bytes(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS) -> int:
+    """bench_cuda.py's byte count: src + out (+ indptr)."""
+    import torch
+    rows, indptr = case_indptr(dist, feat, elems)
+    es = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
+    n_seg = indptr.numel() - 1
+    ib = indptr.numel() * 8
+    if op == "softmax":
+        return 2 * rows * feat * es + ib
+    if op == "gather":
+        return (n_seg + rows) * feat * es + ib
+    return (rows + n_seg) * feat * es + ib + (n_seg * feat * 8 if op == "max" else 0)
+
+
+# ---- measured tables ----------------------------------------------------------------------------------------
+
+def parse_time(s: str):
+    s = s.strip()
+    m = re.match(r"^([\d.]+) (ms|us|s)$", s)
+    if not m:
+        return None
+    return float(m.group(1)) * {"ms": 1e-3, "us": 1e-6, "s": 1.0}[m.group(2)]
+
+
+def measured_rows(path: str = MEASURED) -> list[dict]:
+    """The full-size rows of a bench_cuda.py markdown result (the first table with torch_segops times)."""
+    rows, header = [], None
+    with open(path) as fh:
+        for line in fh:
+            if not line.startswith("|"):
+                if header and rows:
+                    break
+                header = None if not line.strip() else header
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] == "dist":
+                header = cells
+                continue
+            if header is None or set(cells[0]) <= {"-"}:
+                continue
+            r = dict(zip(header, cells))
+            rows.append(dict(dist=r["dist"], feat=int(r["F"]), dtype=r["dtype"], op=r["op"],
+                             t=parse_time(r["torch_segops"]), copy=float(r["copy GB/s"]) * 1e9,
+                             pct=float(r["% of copy"].rstrip("%")),
+                             segment_reduce=parse_time(r.get("torch.segment_reduce", "-"))))
+    return rows
+
+
+# ---- calibration --------------------------------------------------------------------------------------------
+
+def spearman(a: list[float], b: list[float]) -> float:
+    def ranks(x):
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0.0] * len(x)
+        for k, i in enumerate(order):
+            r[i] = k
+        return r
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    return cov / (va * vb)
+
+
+def discordant_pairs(pred: list[float], meas: list[float], tol: float = 0.0) -> tuple[int, int]:
+    """Pairs ordered differently by the model and the measurement (pairs closer than tol in measurement:
+    skipped), and the pairs compared."""
+    bad = total = 0
+    for i in range(len(pred)):
+        for j in range(i + 1, len(pred)):
+            if abs(math.log(meas[i] / meas[j])) <= tol:
+                continue
+            total += 1
+            if (pred[i] - pred[j]) * (meas[i] - meas[j]) < 0:
+                bad += 1
+    return bad, total
+
+
+def fit(traces: list[list[dict]], meas: list[float], res: dict) -> dict:
+    best = None
+    for ls in [0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0]:
+        for rc in [0, 25, 50, 100, 200, 400, 800]:
+            for p in [1.0, 1.5, 2.0, 3.0, 4.0, 8.0]:
+                for launch in [0.0, 2e-6, 4e-6, 8e-6]:
+                    cal = {"lat_scale": ls, "round_cycles": rc, "p": p, "launch_s": launch}
+                    err = sum(math.log(predict(t, res, cal)[0] / m) ** 2 for t, m in zip(traces, meas))
+                    if best is None or err < best[0]:
+                        best = (err, cal)
+    return best[1]
+
+
+# ---- main -----------------------------------------------------------------------------------------------------
+
+def fmt_t(t: float) -> str:
+    return f"{t * 1e3:.3f} ms" if t >= 1e-3 else f"{t * 1e6:.1f} us"
+
+
+def short_kernel(name: str) -> str:
+    name = name.replace("torch_segops::cuda::", "").replace("torch_segops::", "").replace("c10::", "")
+    return name if len(name) < 70 else name[:67] + "..."
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", nargs="+", default=None, help="sum mean max logsumexp softmax gather")
+    ap.add_argument("--dists", nargs="+", default=["uniform", "power-law", "few-huge"])
+    ap.add_argument("--features", nargs="+", type=int, default=[1, 16, 64, 256])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    ap.add_argument("--against", default=MEASURED, help="measured bench_cuda.py markdown to compare with")
+    ap.add_argument("--fit", action="store_true", help="refit the calibration constants on the measured rows")
+    ap.add_argument("--kernels", action="store_true", help="per-launch details")
+    ap.add_argument("--refresh-resources", action="store_true", help="recompile for ptxas -v even if cached")
+    ap.add_argument("--markdown", default=None)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--elems", type=int, default=ELEMS, help="elements per input (bench_cuda.py: 2^26, --quick 2^22)")
+    a = ap.parse_args(argv)
+
+    meas = {(r["dist"], r["feat"], r["dtype"], r["op"]): r for r in measured_rows(a.against)} if a.against else {}
+    ops = a.ops or (sorted({k[3] for k in meas}) if meas else ["sum", "softmax"])
+    cases = [(op, dt, d, f) for d in a.dists for f in a.features for dt in a.dtypes for op in ops]
+    res = resources(a.refresh_resources)
+    build_tracer()
+    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        traces = list(pool.map(lambda c: trace(*c, elems=a.elems), cases))
+
+    cal = dict(CALIBRATION)
+    with_meas = [i for i, c in enumerate(cases) if (c[2], c[3], c[1], c[0]) in meas]
+    if a.fit and with_meas:
+        cal = fit([traces[i] for i in with_meas], [meas[(cases[i][2], cases[i][3], cases[i][1], cases[i][0])]["t"]
+                                                   for i in with_meas], res)
+        print(f"fitted calibration: {cal}")
+
+    head = ["dist", "F", "dtype", "op", "predicted", "% of copy (pred.)", "measured", "% of copy (meas.)", "error",
+            "vs torch.segment_reduce (pred.)", "ld sector eff.", "bytes in flight / SM", "bound by"]
+    lines = []
+    preds, ms = [], []
+    for c, tr in zip(cases, traces):
+        op, dt, d, f = c
+        t, parts = predict(tr, res, cal)
+        nb = case_bytes(op, dt, d, f, a.elems)
+        m = meas.get((d, f, dt, op))
+        main_k = max(parts, key=lambda p: p["t"])
+        bound = max(("DRAM", main_k["t_dram"]), ("latency", main_k["t_lat"]), ("L1", main_k["t_l1"]),
+                    ("L2", main_k["t_l2"]), key=lambda x: x[1])[0]
+        srt = m["segment_reduce"] if m else None
+        eff = sum(p["ld_eff"] * p["dram"] for p in parts if p["ld_eff"]) / max(1, sum(p["dram"] for p in parts if p["ld_eff"]))
+        row = [d, str(f), dt, op, fmt_t(t), f"{100 * nb / t / COPY_BW:.0f}%",
+               fmt_t(m["t"]) if m else "-", f"{m['pct']:.0f}%" if m else "-",
+               f"{100 * (t / m['t'] - 1):+.0f}%" if m else "-",
+               f"{srt / t:.2f}x" if srt else "-", f"{100 * eff:.0f}%",
+               f"{main_k['inflight_sm'] / 1024:.1f} KiB", bound]
+        lines.append(row)
+        if m:
+            preds.append(t)
+            ms.append(m["t"])
+        if a.kernels:
+            for p in parts:
+                print(f"    {short_kernel(p['kernel'])}: {fmt_t(p['t'])} (DRAM {fmt_t(p['t_dram'])}, latency "
+                      f"{fmt_t(p['t_lat'])}, L1 {fmt_t(p['t_l1'])}, L2 {fmt_t(p['t_l2'])}), regs {p['regs']}, {p['warps_sm']} warps/SM, "
+                      f"ld eff {100 * (p['ld_eff'] or 0):.0f}%, st eff {100 * (p['st_eff'] or 0):.0f}%, "
+                      f"in flight {p['inflight_sm'] / 1024:.1f} KiB/SM")
+    widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in lines:
+        print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
+    summary = ""
+    if preds:
+        errs = [abs(p / m - 1) for p, m in zip(preds, ms)]
+        bad, tot = discordant_pairs(preds, ms)
+        bad10, tot10 = discordant_pairs(preds, ms, math.log(1.10))
+        summary = (f"calibration {cal}; {len(preds)} measured rows: mean |error| {100 * sum(errs) / len(errs):.0f}%, "
+                   f"max {100 * max(errs):.0f}%, rows within 25%: {sum(e <= 0.25 for e in errs)}/{len(errs)}; "
+                   f"Spearman rank correlation {spearman(preds, ms):.3f}; pairs ordered differently {bad}/{tot} "
+                   f"(of pairs > 10% apart when measured: {bad10}/{tot10})")
+        print(summary)
+    if a.markdown:
+        with open(a.markdown, "w") as fh:
+            fh.write("| " + " | ".join(head) + " |\n|" + "|".join("---" for _ in head) + "|\n")
+            for r in lines:
+                fh.write("| " + " | ".join(r) + " |\n")
+            if summary:
+                fh.write("\n" + summary + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,394 @@
+// Memory-access tracer of the CUDA kernels (host emulation, no GPU): the measuring half of the memory
+// model in benchmarks/gpu_model.py, which builds this file (g++ -O2 -DSEGOPS_TRACE_ACCESSES) and runs it
+// once per benchmark case.
+//
+// It runs the real drivers and kernels of segment_kernels.cuh on the CPU (every thread, so that every
+// kernel sees the intermediate results of the ones before it) and records, for a sample of warps, every
+// global memory access the kernels report (load_vec / store_vec / rd / rd_async / wr and the merge-path
+// search's offsets; see the tracing block at the top of segment_kernels.cuh). Per launch it prints one
+// JSON line with, summed over the sampled warps:
+//   - instructions: a warp instruction is the k-th execution of one access site by each lane (lanes are
+//     assumed to run the same k-th access of a site together); its useful bytes and the distinct 32-byte
+//     sectors it touches give the sector efficiency;
+//   - rounds: a lane's loads between two waits (a load used at once, SEGOPS_TRACE_USE, a store of loaded
+//     data) are in flight together; round k of a warp is round k of its lanes (lock step), classed by the
+//     slowest sector it needs: L1 (touched by this warp in an earlier round), L2 (touched by another
+//     sampled warp of this launch), DRAM (otherwise);
+//   - distinct sectors read and written by the sampled warps (the DRAM traffic estimate).
+// Block kernels (launch_blocks) run a block's threads phase by phase; a warp is 32 consecutive threads of
+// a block.
+//
+//   trace_kernels OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]
+//   OP: sum mean max logsumexp softmax gather; DTYPE: float32 bfloat16; INDPTR_FILE: S + 1 int64 offsets
+//   (gather: N is the output size and src has S rows).
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <list>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <typeinfo>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cuda/segment_kernels.cuh"
+
+using namespace torch_segops;
+using namespace torch_segops::cuda;
+using BF16 = torch::headeronly::BFloat16;
+
+// ---- the recorder ------------------------------------------------------------------------------------------
+
+struct Access {
+  uint64_t addr;
+  int bytes, kind, site;  // kind 0 load (used later), 1 load used at once, 2 store, 3 wait (SEGOPS_TRACE_USE)
+};
+
+static std::vector<Access>* g_lane = nullptr;  // the lane being recorded, or nullptr
+
+void segops_trace_access(const void* p, int bytes, int kind, int site) {
+  if (g_lane != nullptr) g_lane->push_back({reinterpret_cast<uint64_t>(p), bytes, kind, site});
+}
+void segops_trace_use() {
+  if (g_lane != nullptr) g_lane->push_back({0, 0, 3, 0});
+}
+
+static void sectors_of(const Access& a, std::vector<uint64_t>& out) {
+  for (uint64_t s = a.addr / 32; s <= (a.addr + a.bytes - 1) / 32; ++s) out.push_back(s);
+}
+
+// The L1 share of a warp: an LRU of 32-byte sectors. The model picks the capacity that matches the
+// kernel's resident warps per SM (L1 bytes / warps), so every capacity below is simulated at once.
+constexpr int kCaps = 7;
+constexpr int64_t kCapBytes[kCaps] = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
+
+struct Lru {
+  size_t cap = 0;
+  std::list<uint64_t> order;  // most recent first
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
+  bool has(uint64_t s) const { return where.count(s) != 0; }
+  void touch(uint64_t s) {
+    auto it = where.find(s);
+    if (it != where.end()) order.erase(it->second);
+    order.push_front(s);
+    where[s] = order.begin();
+    if (order.size() > cap) {
+      where.erase(order.back());
+      order.pop_back();
+    }
+  }
+};
+
+struct LaunchStats {
+  std::string name;
+  int64_t threads = 0, warps = 0, sampled = 0;
+  double ld_useful = 0, ld_sector = 0, st_useful = 0, st_sector = 0, ld_inst = 0, st_inst = 0;
+  double rounds[kCaps][3] = {};     // warp rounds by class (L1, L2, DRAM), per L1 capacity
+  double l1_miss[kCaps] = {};       // load sectors that miss the warp's L1 share (L2 traffic)
+  double max_chain[kCaps][3] = {};  // the longest sampled warp's rounds, per capacity
+  double max_chain_cost[kCaps] = {};
+  double round_bytes = 0;           // useful bytes loaded in those rounds (all lanes)
+  double n_rounds = 0;              // warp rounds (any class)
+  std::unordered_set<uint64_t> seen;  // sectors touched by sampled warps (loads and stores)
+  std::unordered_set<uint64_t> read, written;
+};
+
+struct Warp {
+  std::vector<Access> lanes[32];
+  void clear() {
+    for (auto& l : lanes) l.clear();
+  }
+};
+
+// One lane's rounds: the sectors of each group of loads in flight together, and their useful bytes.
+struct Round {
+  std::vector<uint64_t> sectors;
+  int64_t bytes = 0;
+};
+
+static std::vector<Round> rounds_of(const std::vector<Access>& acc) {
+  std::vector<Round> out;
+  Round cur;
+  auto flush = [&] {
+    if (!cur.sectors.empty()) out.push_back(std::move(cur));
+    cur = Round{};
+  };
+  for (const Access& a : acc) {
+    if (a.kind == 0 || a.kind == 1) {
+      sectors_of(a, cur.sectors);
+      cur.bytes += a.bytes;
+      if (a.kind == 1) flush();
+    } else {
+      flush();  // a wait, or a store that needs the loaded data
+    }
+  }
+  flush();
+  return out;
+}
+
+static void analyse_warp(const Warp& w, LaunchStats& st) {
+  // instructions
+  // key -> the (address, bytes) of its lanes; lanes reading the same address share the bytes (broadcast)
+  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, int>>> inst;
+  for (const auto& lane : w.lanes) {
+    std::unordered_map<uint32_t, uint32_t> occ;
+    for (const Access& a : lane) {
+      if (a.kind == 3) continue;
+      const uint32_t sk = static_cast<uint32_t>(a.site) << 2 | static_cast<uint32_t>(a.kind == 2 ? 2 : 0);
+      const uint64_t key = static_cast<uint64_t>(sk) << 32 | occ[sk]++;
+      inst[key].push_back({a.addr, a.bytes});
+    }
+  }
+  for (auto& kv : inst) {
+    auto& acc = kv.second;
+    std::sort(acc.begin(), acc.end());
+    acc.erase(std::unique(acc.begin(), acc.end()), acc.end());
+    std::vector<uint64_t> secs;
+    int64_t useful = 0;
+    for (const auto& x : acc) {
+      useful += x.second;
+      sectors_of(Access{x.first, x.second, 0, 0}, secs);
+    }
+    std::sort(secs.begin(), secs.end());
+    const double n = static_cast<double>(std::unique(secs.begin(), secs.end()) - secs.begin());
+    const bool store = ((kv.first >> 32) & 3) == 2;
+    (store ? st.st_useful : st.ld_useful) += useful;
+    (store ? st.st_sector : st.ld_sector) += 32 * n;
+    (store ? st.st_inst : st.ld_inst) += 1;
+  }
+  // distinct sectors
+  for (const auto& lane : w.lanes) {
+    std::vector<uint64_t> s;
+    for (const Access& a : lane) {
+      if (a.kind == 3) continue;
+      s.clear();
+      sectors_of(a, s);
+      for (uint64_t x : s) (a.kind == 2 ? st.written : st.read).insert(x);
+    }
+  }
+  // rounds, in lock step
+  std::vector<Round> lr[32];
+  size_t k_max = 0;
+  for (int l = 0; l < 32; ++l) {
+    lr[l] = rounds_of(w.lanes[l]);
+    k_max = std::max(k_max, lr[l].size());
+  }
+  Lru l1[kCaps];
+  for (int c = 0; c < kCaps; ++c) l1[c].cap = static_cast<size_t>(kCapBytes[c] / 32);
+  std::unordered_set<uint64_t> warp_seen;  // touched by this warp (then in L2 at least)
+  double chain[kCaps][3] = {};
+  for (size_t k = 0; k < k_max; ++k) {
+    int cls[kCaps];
+    std::fill(cls, cls + kCaps, -1);
+    for (int l = 0; l < 32; ++l) {
+      if (k >= lr[l].size()) continue;
+      for (uint64_t s : lr[l][k].sectors) {
+        const int far = (warp_seen.count(s) || st.seen.count(s)) ? 1 : 2;
+        for (int c = 0; c < kCaps; ++c) {
+          const int x = l1[c].has(s) ? 0 : far;
+          if (x > 0) st.l1_miss[c] += 1;
+          cls[c] = std::max(cls[c], x);
+        }
+      }
+      st.round_bytes += lr[l][k].bytes;
+    }
+    if (cls[0] < 0) continue;
+    st.n_rounds += 1;
+    for (int c = 0; c < kCaps; ++c) chain[c][cls[c]] += 1;
+    for (int l = 0; l < 32; ++l) {
+      if (k >= lr[l].size()) continue;
+      for (uint64_t s : lr[l][k].sectors) {
+        warp_seen.insert(s);
+        for (int c = 0; c < kCaps; ++c) l1[c].touch(s);
+      }
+    }
+  }
+  for (int c = 0; c < kCaps; ++c) {
+    for (int x = 0; x < 3; ++x) st.rounds[c][x] += chain[c][x];
+    const double cost = chain[c][0] * 30 + chain[c][1] * 200 + chain[c][2] * 600;  // picks the longest warp
+    if (cost > st.max_chain_cost[c]) {
+      st.max_chain_cost[c] = cost;
+      std::copy(chain[c], chain[c] + 3, st.max_chain[c]);
+    }
+  }
+  // this warp's sectors are now "seen" by the launch (L2 for the next sampled warps)
+  for (const auto& lane : w.lanes) {
+    std::vector<uint64_t> s;
+    for (const Access& a : lane) {
+      if (a.kind == 3) continue;
+      s.clear();
+      sectors_of(a, s);
+      st.seen.insert(s.begin(), s.end());
+    }
+  }
+}
+
+static std::string demangle(const char* n) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(n, nullptr, nullptr, &status);
+  std::string s = status == 0 && d != nullptr ? d : n;
+  std::free(d);
+  return s;
+}
+
+static std::string triples(const double (&x)[kCaps][3]) {
+  std::string s = "[";
+  for (int c = 0; c < kCaps; ++c) {
+    char b[96];
+    std::snprintf(b, sizeof b, "%s[%.0f, %.0f, %.0f]", c ? ", " : "", x[c][0], x[c][1], x[c][2]);
+    s += b;
+  }
+  return s + "]";
+}
+
+static void print_stats(const LaunchStats& st) {
+  std::string caps = "[", miss = "[";
+  for (int c = 0; c < kCaps; ++c) {
+    caps += (c ? ", " : "") + std::to_string(kCapBytes[c]);
+    miss += (c ? ", " : "") + std::to_string(static_cast<long long>(st.l1_miss[c]));
+  }
+  std::printf(
+      "{\"kernel\": \"%s\", \"threads\": %lld, \"warps\": %lld, \"sampled\": %lld, \"ld_useful\": %.0f, "
+      "\"ld_sector\": %.0f, \"st_useful\": %.0f, \"st_sector\": %.0f, \"ld_inst\": %.0f, \"st_inst\": %.0f, "
+      "\"l1_caps\": %s], \"rounds\": %s, \"max_chain\": %s, \"l1_miss\": %s], \"n_rounds\": %.0f, "
+      "\"round_bytes\": %.0f, \"read_sectors\": %zu, \"written_sectors\": %zu}\n",
+      st.name.c_str(), (long long)st.threads, (long long)st.warps, (long long)st.sampled, st.ld_useful, st.ld_sector,
+      st.st_useful, st.st_sector, st.ld_inst, st.st_inst, caps.c_str(), triples(st.rounds).c_str(),
+      triples(st.max_chain).c_str(), miss.c_str(), st.n_rounds, st.round_bytes, st.read.size(), st.written.size());
+  std::fflush(stdout);
+}
+
+// ---- the executor ------------------------------------------------------------------------------------------
+
+struct TraceExec {
+  int64_t target_sampled = 2048;
+  std::vector<void*> mem;
+  void* workspace(size_t bytes) {
+    void* m = nullptr;
+    if (posix_memalign(&m, 256, bytes == 0 ? 1 : bytes) != 0) std::abort();
+    std::memset(m, 0, bytes);
+    mem.push_back(m);
+    return m;
+  }
+  int64_t stride_for(int64_t warps) const {
+    int64_t s = std::max<int64_t>(1, warps / target_sampled);
+    return s % 2 == 0 ? s + 1 : s;  // odd: no aliasing with power-of-two tile and lane patterns
+  }
+  template <class K> void launch(const K& k, int64_t n) {
+    if (n <= 0) return;
+    LaunchStats st;
+    st.name = demangle(typeid(K).name());
+    st.threads = n;
+    st.warps = (n + 31) / 32;
+    const int64_t stride = stride_for(st.warps);
+    Warp w;
+    for (int64_t w0 = 0; w0 < st.warps; ++w0) {
+      const bool rec = w0 % stride == 0;
+      const int64_t t1 = std::min(n, (w0 + 1) * 32);
+      for (int64_t t = w0 * 32; t < t1; ++t) {
+        g_lane = rec ? &w.lanes[t - w0 * 32] : nullptr;
+        k(t);
+      }
+      g_lane = nullptr;
+      if (rec) {
+        analyse_warp(w, st);
+        w.clear();
+        ++st.sampled;
+      }
+    }
+    print_stats(st);
+  }
+  ~TraceExec() {
+    for (void* m : mem) std::free(m);
+  }
+};
+
+// ---- the cases ---------------------------------------------------------------------------------------------
+
+template <typename X> X* alloc(int64_t n) {
+  void* m = nullptr;
+  if (posix_memalign(&m, 256, static_cast<size_t>(n > 0 ? n : 1) * sizeof(X)) != 0) std::abort();
+  std::memset(m, 0, static_cast<size_t>(n > 0 ? n : 1) * sizeof(X));
+  return static_cast<X*>(m);
+}
+
+template <typename T> int run(const std::string& op, int64_t F, int64_t N, std::vector<int64_t>& ip, int64_t sample) {
+  using A = acc_t<T>;
+  const int64_t S = static_cast<int64_t>(ip.size()) - 1;
+  Geometry g;
+  g.B = 1;
+  g.S = S;
+  g.F = F;
+  g.indptr = ip.data();
+  g.indptr_rows = 1;
+  g.bmap.ndims = 0;
+  u64 word = kNoError;
+  ErrorRecord rec{};
+  const ErrorContext ec{{&word, &rec, 1, 0, 0, N}};
+  TraceExec ex;
+  ex.target_sampled = sample;
+  if (op == "gather") {
+    g.N = S;
+    T* src = alloc<T>(S * F);
+    T* out = alloc<T>(N * F);
+    const ErrorContext eg{{&word, &rec, 1, kOpGatherCsr, 0, N}};
+    launch_validate(ex, g, eg, nullptr, Tuning());
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, GatherFn<T>{src}, out, eg.publish(g), true);
+    std::free(src);
+    std::free(out);
+    return 0;
+  }
+  g.N = N;
+  T* x = alloc<T>(N * F);
+  if (op == "softmax") {
+    A* lse = alloc<A>(S * F);
+    T* out = alloc<T>(N * F);
+    run_reduce<LogSumExpOp<A>>(ex, g, SrcLoad<T>{x}, lse, nullptr, ec, true);
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxFn<T>{x, lse}, out, Publish{}, true);
+    std::free(lse);
+    std::free(out);
+  } else {
+    T* out = alloc<T>(S * F);
+    int64_t* arg = alloc<int64_t>(op == "max" ? S * F : 0);
+    if (op == "sum") run_reduce<SumOp<A>>(ex, g, SrcLoad<T>{x}, out, nullptr, ec, true);
+    else if (op == "mean") run_reduce<MeanOp<A>>(ex, g, SrcLoad<T>{x}, out, nullptr, ec, true);
+    else if (op == "max") run_reduce<ArgExtremumOp<A, true>>(ex, g, SrcLoad<T>{x}, out, arg, ec, true);
+    else if (op == "logsumexp") run_reduce<LogSumExpOp<A>>(ex, g, SrcLoad<T>{x}, out, nullptr, ec, true);
+    else {
+      std::fprintf(stderr, "unknown op %s\n", op.c_str());
+      return 2;
+    }
+    std::free(out);
+    std::free(arg);
+  }
+  std::free(x);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: %s OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]\n", argv[0]);
+    return 2;
+  }
+  const std::string op = argv[1], dtype = argv[2];
+  const int64_t F = std::atoll(argv[3]), N = std::atoll(argv[4]);
+  const int64_t sample = argc > 6 ? std::atoll(argv[6]) : 2048;
+  FILE* f = std::fopen(argv[5], "rb");
+  if (f == nullptr) {
+    std::perror(argv[5]);
+    return 2;
+  }
+  std::vector<int64_t> ip;
+  int64_t v;
+  while (std::fread(&v, sizeof v, 1, f) == 1) ip.push_back(v);
+  std::fclose(f);
+  if (ip.empty()) return 2;
+  if (dtype == "float32") return run<float>(op, F, N, ip, sample);
+  if (dtype == "bfloat16") return run<BF16>(op, F, N, ip, sample);
+  std::fprintf(stderr, "unknown dtype %s\n", dtype.c_str());
+  return 2;
+}
