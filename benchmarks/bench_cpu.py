@@ -7,8 +7,10 @@
 Per shape and op, in interleaved rounds: time of torch_segops, torch.segment_reduce(offsets=...),
 scatter_reduce_ / index_add_ with a precomputed row->segment index (not timed), torch_scatter
 (column dropped when not installed), and src.sum() on the same tensor as the machine's read
-bandwidth. Ratios: speedup of torch_segops over the fastest torch-native alternative, and
-torch_segops GB/s (src + out + indptr bytes) as a percentage of the same run's read GB/s.
+bandwidth (the yardstick of reductions; gather's is a fill of its output size, softmax's a copy), and
+torch's dense kernel on the same data (src.amax(0), src.sum(0), torch.logsumexp(src, 0), torch.softmax(src, 0)).
+Ratios: speedup of torch_segops over the fastest torch-native alternative, speed relative to the dense
+kernel, and torch_segops GB/s (src + out + indptr bytes) as a percentage of the yardstick's GB/s.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def _segops(op, src, indptr, out=None):
         return lambda: so.segment_csr(src, indptr, out=out, reduce=op)
     if op == "max":
         return lambda: so.segment_max_csr(src, indptr, out=out)
+    if op == "min":
+        return lambda: so.segment_min_csr(src, indptr, out=out)
+    if op == "logsumexp":
+        return lambda: so.segment_logsumexp_csr(src, indptr)
     if op == "gather":
         return lambda: so.gather_csr(src, indptr, out=out)
     if op == "softmax":
@@ -48,65 +54,75 @@ def run_case(label, rows, feat, n_seg, segmentation, dtype, ops, rounds, reps, m
             op_src = src
         fn = _segops(op, op_src, indptr)
         result = fn()
-        outs = result if isinstance(result, tuple) else (result,)  # max writes values and arg
-        # read bandwidth on the big tensor of this op: src for reductions/softmax, the output for gather
-        big = outs[0] if op == "gather" else op_src
+        outs = result if isinstance(result, tuple) else (result,)  # min/max write values and arg
+        yard_kind, yard_fn, yard_bytes = C.yardstick(op, op_src, outs[0])
+        dense_name, dense_fn = C.dense_kernel(op, op_src)
         alts = C.alternatives(op, op_src, indptr, index, n_seg, rows)
-        if op != "softmax":  # the same op writing into a preallocated out=: no allocation, no first touch
+        if op not in ("softmax", "logsumexp"):  # the same op writing into a preallocated out=: no allocation, no first touch
             alts[SEGOPS_OUT] = _segops(op, op_src, indptr, out=torch.empty_like(outs[0]))
-        med, per_round = C.interleaved_times({SEGOPS: fn, READ: lambda: big.sum(), **alts}, rounds=rounds,
-                                             repeats=reps, max_seconds=max_seconds)
+        fns = {SEGOPS: fn, YARD: yard_fn, **({DENSE: dense_fn} if dense_fn else {}), **alts}
+        med, per_round = C.interleaved_times(fns, rounds=rounds, repeats=reps, max_seconds=max_seconds)
         row = C.Row(
             shape=label, op=op, dtype=str(dtype).replace("torch.", ""),
-            nbytes=C.nbytes(op_src, indptr, *outs), src_bytes=C.nbytes(big),
-            segops=med[SEGOPS], read=med[READ], alternatives={n: med[n] for n in alts}, native=C.NATIVE,
+            nbytes=C.nbytes(op_src, indptr, *outs), yard_bytes=yard_bytes, segops=med[SEGOPS], yard=med[YARD],
+            yard_kind=yard_kind, dense_name=dense_name, dense=med.get(DENSE),
+            alternatives={n: med[n] for n in alts}, native=C.NATIVE,
         )
         for i, seg_t in enumerate(per_round[SEGOPS]):
             natives = [per_round[n][i] for n in C.NATIVE if per_round.get(n)]
             if natives:
                 row.round_speedups.append(min(natives) / seg_t)
-            read_gbps = row.src_bytes / per_round[READ][i]
-            row.round_read_pct.append(100 * row.nbytes / seg_t / read_gbps)
+            yard_gbps = yard_bytes / per_round[YARD][i]
+            row.round_yard_pct.append(100 * row.nbytes / seg_t / yard_gbps)
+            if per_round.get(DENSE):
+                row.round_dense.append(per_round[DENSE][i] / seg_t)
         out_rows.append(row)
         print(f"  done: {label} {op} {dtype}", file=sys.stderr, flush=True)
-        del result, outs, big
+        del result, outs
     return out_rows
 
 
-SEGOPS, SEGOPS_OUT, READ = "torch_segops", "torch_segops out=", "read"
+SEGOPS, SEGOPS_OUT, YARD, DENSE = "torch_segops", "torch_segops out=", "yardstick", "dense"
 FULL = [
     # label, rows, feat, n_seg, segmentation, {dtype: ops}
     ("2M x 64, 100k random segments", 2_000_000, 64, 100_000, "random",
-     {torch.float32: ["sum", "mean", "max", "gather", "softmax"], torch.bfloat16: ["sum"]}),
+     {torch.float32: ["sum", "mean", "max", "min", "logsumexp", "gather", "softmax"], torch.bfloat16: ["sum"]}),
     ("20M x 1, 1M random segments", 20_000_000, 1, 1_000_000, "random",
-     {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
+     {torch.float32: ["sum", "max", "min"], torch.bfloat16: ["sum"]}),
     ("4M x 16, 4 skewed segments", 4_000_000, 16, 4, "skewed",
      {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
 ]
 QUICK = [
     ("200k x 64, 10k random segments", 200_000, 64, 10_000, "random",
-     {torch.float32: ["sum", "mean", "max", "gather", "softmax"], torch.bfloat16: ["sum"]}),
-    ("2M x 1, 100k random segments", 2_000_000, 1, 100_000, "random", {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
+     {torch.float32: ["sum", "mean", "max", "min", "logsumexp", "gather", "softmax"], torch.bfloat16: ["sum"]}),
+    ("2M x 1, 100k random segments", 2_000_000, 1, 100_000, "random",
+     {torch.float32: ["sum", "max", "min"], torch.bfloat16: ["sum"]}),
     ("400k x 16, 4 skewed segments", 400_000, 16, 4, "skewed", {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
 ]
 
 NOTES = """\
-- Every candidate of a row (torch_segops, src.sum, each alternative) is timed in {rounds} interleaved rounds
+- Every candidate of a row (torch_segops, the yardstick, the dense kernel, each alternative) is timed in {rounds} interleaved rounds
   (the order rotating), so that a drift of this machine's speed hits all of them alike. Times are medians
   over all rounds; [lo-hi] after a ratio is its range over the rounds (each round's own ratio).
-- GB/s = (src + out + indptr bytes) / time (max also writes its int64 arg; gather's src is the
+- GB/s = (src + out + indptr bytes) / time (min/max also write their int64 arg; gather's src is the
   per-segment tensor and its out the expanded one). Every call allocates its output, as user code does:
   on a VM where first-touch page faults are slow, that cost is in every column.
 - "torch_segops out=" is the same call writing into a preallocated `out=` (not a native alternative, not in
   the speedup): the kernel without the output's allocation and first-touch page faults. On this project's
   VMs fresh memory is sometimes several times slower to touch than at other times (episodes lasting
   minutes), and a row whose torch_segops time is far above its out= time ran in one.
-- "read GB/s" is `x.sum()` on the op's big tensor in the same run (src; for gather the output), i.e.
-  what this machine can stream; "segops % of read" compares torch_segops' GB/s with it.
+- Yardstick: what this machine does with the bytes the op must move, timed in the same rounds. Reductions
+  (sum, mean, max, min, logsumexp): read bandwidth, `src.sum()`; gather: a fill of a new tensor of its
+  output's size; softmax: a copy, `src.clone()` (reads src, writes a new tensor of its size). "segops % of
+  yardstick" = torch_segops GB/s (src + out + indptr) / the yardstick's GB/s (the bytes it moves).
+- "dense torch kernel": torch's own kernel over the same data as if it were one segment along dim 0
+  (`src.sum(0)`, `src.mean(0)`, `src.amax(0)`, `src.amin(0)`, `torch.logsumexp(src, 0)`, `torch.softmax(src, 0)`);
+  "vs dense kernel" = its time / torch_segops' time (above 1x: torch_segops is faster). The dense
+  reductions write a single row; torch_segops writes one per segment (and min/max an int64 arg).
 - "speedup vs best native" = fastest torch-native alternative time / torch_segops time (torch_scatter is
   not native and is shown for reference only). Native alternatives get a precomputed row->segment index
-  (not timed); scatter_reduce_ reads it as a stride-0 expanded view. torch_segops max also returns argmax,
-  which torch.segment_reduce and scatter_reduce_ do not.
+  (not timed); scatter_reduce_ reads it as a stride-0 expanded view. torch_segops min/max also return their arg,
+  which torch.segment_reduce, scatter_reduce_ and the dense amax/amin do not.
 - n/a: the alternative does not support this input.
 """
 

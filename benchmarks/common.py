@@ -63,7 +63,7 @@ NATIVE = ("torch.segment_reduce", "scatter_reduce_", "index_add_", "index ops", 
 
 def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.Tensor, n_seg: int,
                  n_rows: int) -> dict:
-    """name -> zero-argument callable computing op ("sum", "mean", "max", "logsumexp", "softmax", "gather")
+    """name -> zero-argument callable computing op ("sum", "mean", "max", "min", "logsumexp", "softmax", "gather")
     over dim 0 another way: torch-native ops (names in NATIVE) and torch_scatter when installed. index is the
     row -> segment index (index_from_indptr, precomputed: not part of the timing); n_rows is gather's
     output row count (passed, so that no alternative reads it from the device)."""
@@ -73,7 +73,7 @@ def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.
     zeros = lambda: torch.zeros((n_seg, *feat), dtype=src.dtype, device=src.device)  # noqa: E731
     lengths = indptr[1:] - indptr[:-1]
     alts = {}
-    if op in ("sum", "mean", "max"):
+    if op in ("sum", "mean", "max", "min"):
         alts["torch.segment_reduce"] = lambda: torch.segment_reduce(src, op, offsets=indptr, axis=0, unsafe=True)
     if op == "sum":
         alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "sum", include_self=False)
@@ -82,8 +82,8 @@ def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.
         alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "mean", include_self=False)
         counts = lengths.clamp(min=1).to(src.dtype).view(-1, *[1] * len(feat))
         alts["index_add_"] = lambda: zeros().index_add_(0, index, src).div_(counts)
-    elif op == "max":
-        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
+    elif op in ("max", "min"):
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "a" + op, include_self=False)
     elif op == "logsumexp":
         def lse():
             m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
@@ -102,7 +102,7 @@ def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.
         alts["repeat_interleave"] = lambda: src.repeat_interleave(lengths, dim=0, output_size=n_rows)
     if torch_scatter is not None:
         ts = torch_scatter
-        if op in ("sum", "mean", "max"):
+        if op in ("sum", "mean", "max", "min"):
             alts["torch_scatter"] = lambda: ts.segment_csr(src, indptr, reduce=op)
         elif op == "gather":
             alts["torch_scatter"] = lambda: ts.gather_csr(src, indptr)
@@ -193,19 +193,52 @@ def interleaved_times(fns: dict, rounds: int = 5, repeats: int = 3, warmup: int 
 
 # ---- results ----------------------------------------------------------------------------------------
 
+# The yardstick of each op, what this machine can do with the bytes the op must move, in the same run:
+# reductions read src (src.sum()), gather writes a new output (a fill of a new tensor of its size),
+# softmax reads src and writes a new tensor of its size (a copy). "segops % of yardstick" compares
+# torch_segops' GB/s (src + out + indptr bytes) with the yardstick's (the bytes it moves).
+YARDSTICKS = {"read": "read (src.sum())", "fill": "fill (new tensor of out's size)", "copy": "copy (src.clone())"}
+
+
+def yardstick(op: str, src: torch.Tensor, out: torch.Tensor) -> tuple[str, Callable[[], object], int]:
+    """(kind, fn, bytes moved) of op's yardstick."""
+    if op == "gather":
+        return "fill", lambda: torch.empty_like(out).fill_(1), nbytes(out)
+    if op == "softmax":
+        return "copy", lambda: src.clone(), 2 * nbytes(src)
+    return "read", lambda: src.sum(), nbytes(src)
+
+
+def dense_kernel(op: str, src: torch.Tensor) -> tuple[Optional[str], Optional[Callable[[], object]]]:
+    """torch's own dense kernel of op over the same data (all rows one segment, along dim 0), or (None, None)."""
+    fns = {
+        "sum": ("src.sum(0)", lambda: src.sum(0)),
+        "mean": ("src.mean(0)", lambda: src.mean(0)),
+        "max": ("src.amax(0)", lambda: src.amax(0)),
+        "min": ("src.amin(0)", lambda: src.amin(0)),
+        "logsumexp": ("torch.logsumexp(src, 0)", lambda: torch.logsumexp(src, 0)),
+        "softmax": ("torch.softmax(src, 0)", lambda: torch.softmax(src, 0)),
+    }
+    return fns.get(op, (None, None))
+
+
 @dataclass
 class Row:
     shape: str
     op: str
     dtype: str
     nbytes: int  # src + out + indptr
-    src_bytes: int
+    yard_bytes: int  # bytes the yardstick moves
     segops: float  # seconds
-    read: float  # seconds of src.sum() on the same src
+    yard: float  # seconds of the yardstick on the same data
+    yard_kind: str = "read"  # a key of YARDSTICKS
+    dense_name: Optional[str] = None
+    dense: Optional[float] = None  # seconds of torch's dense kernel on the same data
     alternatives: dict = field(default_factory=dict)  # name -> seconds or None (n/a)
     native: tuple = ()  # names in `alternatives` that count as torch-native
     round_speedups: list = field(default_factory=list)  # per round: fastest native / segops, same round
-    round_read_pct: list = field(default_factory=list)  # per round: segops GB/s as % of read GB/s
+    round_yard_pct: list = field(default_factory=list)  # per round: segops GB/s as % of the yardstick's GB/s
+    round_dense: list = field(default_factory=list)  # per round: dense kernel time / segops time
 
     def gbps(self, t: Optional[float]) -> Optional[float]:
         return None if not t else self.nbytes / t / 1e9
@@ -227,21 +260,26 @@ def _range(values: list, fmt: str) -> str:
 
 
 def table(rows: list[Row], columns: list[str], markdown: bool = False) -> str:
-    """Text (aligned) or markdown table: per row segops time and GB/s, each alternative's time,
-    segops speedup over the fastest native alternative, read bandwidth and segops as % of it."""
+    """Text (aligned) or markdown table: per row segops time and GB/s, each alternative's time, segops
+    speedup over the fastest native alternative, speed relative to torch's dense kernel on the same
+    data, and the yardstick (kind, GB/s, segops as % of it)."""
     header = ["shape", "op", "dtype", "torch_segops", "GB/s"] + columns + [
-        "speedup vs best native", "read GB/s (src.sum)", "segops % of read"]
+        "speedup vs best native", "dense torch kernel", "vs dense kernel", "yardstick", "yardstick GB/s",
+        "segops % of yardstick"]
     body = []
     for r in rows:
         best_t, best_name = r.fastest_native()
         seg_gbps = r.gbps(r.segops)
-        read_gbps = (r.src_bytes / r.read / 1e9) if r.read else None
+        yard_gbps = (r.yard_bytes / r.yard / 1e9) if r.yard else None
         body.append([
             r.shape, r.op, r.dtype, _fmt_time(r.segops), f"{seg_gbps:.1f}",
             *[_fmt_time(r.alternatives.get(c)) if c in r.alternatives else "-" for c in columns],
             (f"{best_t / r.segops:.2f}x ({best_name})" + _range(r.round_speedups, "{:.2f}x")) if best_t else "n/a",
-            f"{read_gbps:.1f}" if read_gbps else "n/a",
-            (f"{100 * seg_gbps / read_gbps:.0f}%" + _range(r.round_read_pct, "{:.0f}%")) if read_gbps else "n/a",
+            f"{r.dense_name} {_fmt_time(r.dense)}" if r.dense_name else "-",
+            (f"{r.dense / r.segops:.2f}x" + _range(r.round_dense, "{:.2f}x")) if r.dense else "-",
+            r.yard_kind,
+            f"{yard_gbps:.1f}" if yard_gbps else "n/a",
+            (f"{100 * seg_gbps / yard_gbps:.0f}%" + _range(r.round_yard_pct, "{:.0f}%")) if yard_gbps else "n/a",
         ])
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

@@ -141,3 +141,89 @@ def test_concurrent_calls_from_several_threads():
         for _ in range(3):
             for got, want in zip(pool.map(call, jobs), serial):
                 assert torch.equal(got, want)
+
+
+# ---- torch.use_deterministic_algorithms(True) ------------------------------------------------------
+# Every public op and its backward run in deterministic mode (no "does not have a deterministic
+# implementation" error, also from the backward formulas' torch ops), give the reference's results,
+# and repeat bitwise. Deterministic mode also fills new empty tensors with NaN / the largest integer
+# (torch.utils.deterministic.fill_uninitialized_memory): results must not depend on an empty
+# tensor's contents.
+
+
+@pytest.fixture
+def deterministic_mode():
+    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+def _deterministic_case(batch: bool):
+    g = torch.Generator().manual_seed(3)
+    if batch:
+        src = torch.randn(3, 500, 5, generator=g, dtype=torch.float64)
+        indptr = torch.tensor([[0, 0, 120, 121, 400, 400, 499]])  # empty segments, last row ignored
+    else:
+        src = torch.randn(4000, 7, generator=g, dtype=torch.float64)
+        cuts = torch.randint(0, 4001, (299,), generator=g).sort().values
+        indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([4000])])
+    return src, indptr
+
+
+def _reference_of(name, src, indptr):
+    if name == "softmax":
+        return R.segment_softmax(src, indptr)
+    value, arg = R.segment(src, indptr, name)
+    return (value, arg) if name in ("min", "max") else value
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["1d_indptr", "broadcast_indptr"])
+@pytest.mark.parametrize("name", list(OPS))
+def test_deterministic_mode_forward_backward(deterministic_mode, name, batch):
+    src, indptr = _deterministic_case(batch)
+    assert torch.are_deterministic_algorithms_enabled()
+
+    def run():
+        x = src.clone().requires_grad_()
+        out = OPS[name](x, indptr)
+        values = out[0] if isinstance(out, tuple) else out
+        w = torch.randn(values.shape, generator=torch.Generator().manual_seed(2), dtype=values.dtype)
+        (gx,) = torch.autograd.grad((values * w).sum(), x)
+        return [*(out if isinstance(out, tuple) else (out,)), gx]
+
+    first = run()
+    expected = _reference_of(name, src, indptr)
+    expected = list(expected) if isinstance(expected, tuple) else [expected]
+    for got, want in zip(first, expected):
+        torch.testing.assert_close(got.detach(), want, rtol=1e-10, atol=1e-12)
+    x = src.clone().requires_grad_()
+    ref_out = _reference_of(name, x, indptr)
+    ref_values = ref_out[0] if isinstance(ref_out, tuple) else ref_out
+    w = torch.randn(ref_values.shape, generator=torch.Generator().manual_seed(2), dtype=ref_values.dtype)
+    (ref_grad,) = torch.autograd.grad((ref_values * w).sum(), x)
+    torch.testing.assert_close(first[-1], ref_grad, rtol=1e-10, atol=1e-12)
+    for again in (run(), run()):
+        for a, b in zip(first, again):
+            assert torch.equal(bits(a), bits(b)), f"{name}: deterministic mode, two runs differ bitwise"
+
+
+def test_deterministic_mode_gather_and_out(deterministic_mode):
+    src, indptr = _deterministic_case(batch=False)
+    seg = torch.randn(indptr.numel() - 1, 7, dtype=torch.float64, requires_grad=True)
+    out = so.gather_csr(seg, indptr, size=src.size(0))
+    torch.testing.assert_close(out.detach(), R.gather(seg.detach(), indptr, src.size(0)))
+    (g,) = torch.autograd.grad((out * src).sum(), seg)
+    torch.testing.assert_close(g, R.segment(src, indptr, "sum")[0])
+    # out= written in place by the kernel (no grad): a NaN-filled empty out must be fully overwritten
+    buf = torch.empty(indptr.numel() - 1, 7, dtype=torch.float64)
+    values, arg = so.segment_max_csr(src, indptr, out=buf)
+    assert values is buf
+    want_values, want_arg = R.segment(src, indptr, "max")
+    torch.testing.assert_close(values, want_values)
+    assert torch.equal(arg, want_arg)
+    dest = torch.empty_like(src)
+    assert so.gather_csr(seg.detach(), indptr, out=dest) is dest
+    torch.testing.assert_close(dest, R.gather(seg.detach(), indptr, src.size(0)))

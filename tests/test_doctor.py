@@ -14,19 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from doctor_module import load_doctor
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_doctor():
-    # by path, so these tests do not need the compiled library (importing torch_segops loads it)
-    spec = importlib.util.spec_from_file_location("_doctor_under_test", ROOT / "src" / "torch_segops" / "doctor.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-D = _load_doctor()
+D = load_doctor()
 
 CPU_BUILD = {"version": "0.1.0", "variant": "cpu", "cuda_version": None, "cuda_archs": [], "torch_target": "2.10", "torch_headers": "2.13.0+cpu"}
 

@@ -9,7 +9,6 @@ The CUDA 13.0 checks use the local toolkit (/usr/local/cuda or $CUDA_HOME) when 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -20,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
+from doctor_module import load_doctor
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read environments/*.yml and data/compat.yaml")
 
@@ -333,17 +334,8 @@ def test_stable_abi_minimum_matches_build_files():
     assert f'"torch>={minimum}"' in (ROOT / "pyproject.toml").read_text()
 
 
-def _load_doctor():
-    # by path: importing torch_segops would load the compiled library, which the table tests don't need
-    spec = importlib.util.spec_from_file_location("_doctor_under_test", ROOT / "src" / "torch_segops" / "doctor.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_doctor_constants_match_table():
-    doctor = _load_doctor()
+    doctor = load_doctor()
     c = compat()
     assert doctor.MIN_TORCH == c["stable_abi"]["min_torch"]
     assert doctor.MIN_DRIVER_LINUX == {int(r["version"].split(".")[0]): r["min_driver_linux"] for r in c["cuda"]}

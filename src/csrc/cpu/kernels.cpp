@@ -25,6 +25,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/reduce_piece.h"
+#include "cpu/segment_extrema.h"
 #include "cpu/segment_sums.h"
 #include "cpu/vec_math.h"
 #include "csr_args.h"
@@ -118,6 +119,22 @@ inline void reduce_whole_segments(typename Op::State* st, const Load& load, cons
       sum_segments_f1(load, p, s, s_end, b * N, [&](int64_t k, float sum, int64_t count) {
         out[b * a.S + k] = static_cast<OutT>(Op::finalize(typename Op::State{sum}, count));
       });
+      return;
+    }
+  }
+  if constexpr (kFn == 1 && kArgExtremaSegmentsF1<Op, Load>) {
+    if (F == 1) {
+      const int64_t o = b * a.S;
+      arg_extrema_segments_f1<ArgExtremumF1<Op>::kIsMax>(
+          load, p, s, s_end, b * N,
+          [&](int64_t k, int64_t r) {
+            out[o + k] = load.x[b * N + p[k] + r];  // the element itself: OutT is the input type
+            if (arg != nullptr) arg[o + k] = p[k] + r;
+          },
+          [&](int64_t k) {
+            out[o + k] = OutT(0);
+            if (arg != nullptr) arg[o + k] = N;
+          });
       return;
     }
   }

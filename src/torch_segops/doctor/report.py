@@ -1,0 +1,61 @@
+"""The report: the human-readable text (``render``) and the command line (``main``, ``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from .checks import diagnose, has_errors
+from .probes import gather_facts
+from .records import ERROR, INFO, OK, WARNING, Facts, Finding
+
+
+def render(f: Facts, findings: list[Finding]) -> str:
+    info = f.build_info or {}
+    lines = ["torch-segops doctor", ""]
+    if info:
+        src = "" if f.build_info_source == "loaded" else "  (read from the file, not loaded)"
+        lines.append(f"  torch_segops  {info.get('version')}  variant={info.get('variant')}  CUDA={info.get('cuda_version') or '-'}  archs={';'.join(info.get('cuda_archs') or []) or '-'}{src}")
+        lines.append(f"                built against torch headers {info.get('torch_headers') or '?'}, stable-ABI target {info.get('torch_target') or '?'}, compiler {info.get('cxx_compiler') or '?'}")
+    else:
+        lines.append(f"  torch_segops  {f.package_version or '?'} (no build info)")
+    lines.append(f"                library {f.library_path or '-'}")
+    if f.torch_version:
+        lines.append(f"  torch         {f.torch_version}  build={'cuda ' + f.torch_cuda_version if f.torch_cuda_version else 'cpu'}" + (f"  cuda available={f.torch_cuda_available}" if f.torch_cuda_version else ""))
+    else:
+        lines.append(f"  torch         not importable ({f.torch_error})")
+    lines.append(f"  python        {f.python}  ({'conda env' if f.in_conda_env else 'not a conda env'}: {sys.prefix})")
+    if f.gpus:
+        for g in f.gpus:
+            cc = f"{g.capability[0]}.{g.capability[1]}" if g.capability else "?"
+            lines.append(f"  GPU {g.index}         {g.name}  compute capability {cc}")
+    else:
+        lines.append(f"  GPU           none found{' (' + f.gpu_probe_error + ')' if f.gpu_probe_error else ''}")
+    if f.driver_version or f.driver_cuda_version:
+        lines.append(f"  driver        {f.driver_version or '?'}  (supports CUDA {f.driver_cuda_version or '?'})")
+    lines.append("")
+    tags = {ERROR: "ERROR", WARNING: "WARN ", OK: "ok   ", INFO: "info "}
+    for x in findings:
+        lines.append(f"  [{tags.get(x.severity, x.severity)}] {x.message}")
+        if x.fix:
+            lines.append(f"          fix: {x.fix}")
+    n_err = sum(x.severity == ERROR for x in findings)
+    n_warn = sum(x.severity == WARNING for x in findings)
+    lines.append("")
+    lines.append("no problems found" if not n_err and not n_warn else f"{n_err} error(s), {n_warn} warning(s)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="torch-segops-doctor", description="Diagnose a torch-segops installation.")
+    p.add_argument("--json", action="store_true", help="print facts and findings as JSON")
+    args = p.parse_args(argv)
+    facts = gather_facts()
+    findings = diagnose(facts)
+    if args.json:
+        print(json.dumps({"ok": not has_errors(findings), "facts": facts.to_dict(), "findings": [dataclasses.asdict(x) for x in findings]}, indent=2))
+    else:
+        print(render(facts, findings))
+    return 1 if has_errors(findings) else 0
