@@ -390,3 +390,15 @@ def test_v0_source_takes_only_project_files():
             ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", name]).returncode == 0
             tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "--error-unmatch", name], capture_output=True).returncode == 0
             assert tracked and not ignored, name
+
+
+def test_cuda129_offline_says_what_is_missing():
+    """cuda129 cannot be built offline: the tools say why and where a packager gets the pieces."""
+    import offline_channel
+
+    with pytest.raises(offline_channel.ChannelError) as info:
+        offline_channel.download_cuda_wheels("12.9")
+    msg = str(info.value)
+    for piece in ("PyPI has no CUDA 12.9 build of torch", "no nvcc, cicc or fatbinary",
+                  "--variant cuda129 --conda-forge", "cuda_compiler_version=12.9 -c conda-forge"):
+        assert piece in msg, msg
