@@ -50,13 +50,14 @@ def pip_env() -> dict:
 
 
 def flavor(version: str, machine: str = "x86_64") -> str:
-    """The cache sub-folder of a torch version's wheels: cu128/cu130 (x86-64), linux-aarch64."""
+    """The cache sub-folder of a torch version's wheels: torch-cu128/torch-cu130 (x86-64), linux-aarch64. Not
+    wheels/cu130, which offline_channel.download_cuda_wheels keeps for one torch wheel only."""
     if machine == "aarch64":
         return "linux-aarch64"
     minor = ".".join(version.split(".")[:2])
     if minor not in X86_CUDA:
         raise WheelError(f"torch {version}: the CUDA build of its PyPI wheel is not known (known: {', '.join(X86_CUDA)})")
-    return "cu" + X86_CUDA[minor].replace(".", "")
+    return "torch-cu" + X86_CUDA[minor].replace(".", "")
 
 
 def wheel_dir(version: str, machine: str = "x86_64") -> Path:
