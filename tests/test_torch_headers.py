@@ -145,3 +145,18 @@ def test_newer_only_shim_symbol_fails_to_link_against_oldest_libtorch(oldest, tm
     if INSTALLED and _at_least(INSTALLED, "2.13"):
         ok = link(INSTALLED)
         assert ok.returncode == 0, ok.stderr[-3000:]
+
+
+def test_compat_points_at_a_recorded_matrix():
+    """data/compat.yaml's stable-ABI row names the recorded matrix run (tools/torch_matrix.py), and that
+    record shows every listed torch version passing with the one binary."""
+    import yaml
+    with open(os.path.join(REPO, "data", "compat.yaml")) as fh:
+        row = yaml.safe_load(fh)["stable_abi"]
+    path = os.path.join(REPO, row["verified_by"])
+    assert os.path.isfile(path), path
+    text = open(path).read()
+    assert row["verified_torch"][0] == row["min_torch"]
+    for minor in row["verified_torch"]:
+        lines = [ln for ln in text.splitlines() if re.match(rf"^\| {re.escape(minor)}\.\d+\+\w+ \|", ln)]
+        assert lines and all("| PASS:" in ln for ln in lines), f"torch {minor}: {lines}"
