@@ -163,7 +163,7 @@ def doctor(py: Path, env: dict) -> dict:
         report = json.loads(cp.stdout)
     except json.JSONDecodeError:
         return {"returncode": cp.returncode, "error": (cp.stdout + cp.stderr)[-3000:]}
-    errors = [f"{x['code']}: {x['message']}" for x in report["findings"] if x.get("level") == "error"]
+    errors = [f"{x['code']}: {x['message']}" for x in report["findings"] if x.get("severity") == "error"]
     return {"returncode": cp.returncode, "ok": report.get("ok"), "errors": errors}
 
 
@@ -212,8 +212,9 @@ def verdict(r: dict) -> tuple[bool, str]:
               and c.get("sum_ok") and c.get("softmax_ok") and r.get("tests_cuda130", {}).get("returncode", 0) == 0)
         what = "passes the CPU op tests" if "tests_cuda130" in r else "computes segment_sum/softmax on CPU right"
         return ok, f"cuda130 library loads and {what}" if ok else "cuda130 library fails in a cu130 torch"
-    flagged = d.get("returncode") == 1 and any(("cuda" in e.lower()) for e in d.get("errors", []))
-    return flagged, "doctor flags the cuda130 library in this CUDA 12 torch" if flagged else "doctor did not flag cuda130"
+    flagged = d.get("returncode") == 1 and any(e.startswith("cuda-major-mismatch") for e in d.get("errors", []))
+    return flagged, ("doctor flags the cuda130 library in this CUDA 12 torch (cuda-major-mismatch)" if flagged
+                     else "doctor did not flag cuda130")
 
 
 def progress_line(i: int, n: int, r: dict) -> str:
@@ -258,7 +259,10 @@ def markdown(meta: dict, results: list[dict]) -> str:
                     f"{'right' if c.get('sum_ok') and c.get('softmax_ok') else 'WRONG'}")
         elif "doctor_cuda130" in r:
             d = r["doctor_cuda130"]
-            cuda = f"doctor exit {d.get('returncode')}: " + "; ".join(e[:160] for e in d.get("errors", [])).replace("|", "/")
+            loads = ("it still loads here (libcudart.so.13 found on the loader path)" if bi
+                     else "it does not load (no libcudart.so.13)")
+            cuda = (f"{loads}; doctor exit {d.get('returncode')}: "
+                    + "; ".join(e[:200] for e in d.get("errors", [])).replace("|", "/"))
         else:
             cuda = "not checked"
         ok, why = verdict(r)
