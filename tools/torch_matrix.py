@@ -21,7 +21,8 @@ in every torch from 2.10 to 2.14.
    them from that folder only (--no-index), installs the cpu wheel with --no-deps, and runs the op suite
    (tests/test_ops*.py, test_autograd.py, test_compile.py, test_errors.py) against it. Then it points
    torch_segops at the cuda130 library (TORCH_SEGOPS_LIBRARY): in a cu130 torch it must load, say
-   variant cuda / CUDA 13.0, and compute the CPU ops right (test_ops.py runs again with it); in the cu128
+   variant cuda / CUDA 13.0, and compute segment_sum/softmax on CPU tensors right (with --cuda130-tests
+   the whole tests/test_ops.py runs again with it); in the cu128
    torch (2.10) the doctor must flag it (exit 1, a CUDA-major finding). The venv is removed afterwards
    (--keep-venvs keeps them).
 A progress line per torch version; the result as JSON (--json) and markdown (--markdown). Not run in CI.
