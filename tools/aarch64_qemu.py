@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Run the op tests on linux-aarch64 under qemu-user, on an x86-64 Debian machine (not part of CI).
+
+    python tools/aarch64_qemu.py                 # tests/test_ops.py, test_autograd.py, test_errors.py
+    python tools/aarch64_qemu.py tests/test_ops.py -k gather
+
+1. Cross-builds _C.so for aarch64 against PyPI's torch==2.10.0 aarch64 wheel (tools/torch_wheels.py, as
+   tests/test_aarch64.py does), with Debian's g++-aarch64-linux-gnu.
+2. An aarch64 Python: Debian's own python3.11 for arm64 (the same Python minor as the cp311 wheels), with
+   its library closure (libc6, libstdc++6, ...), downloaded by apt-get with a PRIVATE state folder
+   (-o Dir::State/Dir::Cache=... APT::Architecture=arm64: the machine's dpkg and apt configuration are not
+   touched, no foreign architecture is added) and unpacked with dpkg-deb -x into
+   cache_dir()/aarch64-root. qemu-aarch64 -L <that root> then finds the aarch64 loader and libraries.
+3. torch 2.10.0 (aarch64, +cpu) with --no-deps (pip evaluates torch's x86-only nvidia markers against the
+   host otherwise), its pure-Python dependencies, numpy (aarch64 wheel), pytest and hypothesis go into
+   <root>/site with `pip install --target --platform manylinux_2_28_aarch64`.
+4. pytest runs under qemu-aarch64 with PYTHONPATH=<root>/site:src and TORCH_SEGOPS_LIBRARY=<the aarch64
+   _C.so>. test_compile.py is left out: torch.compile's inductor needs a C++ compiler for the target
+   inside the emulated system (not installed there).
+Needs: apt-get (g++-aarch64-linux-gnu, qemu-user; installed here with apt-get when missing), network.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch_wheels as tw  # noqa: E402
+from conda_tools import cache_dir  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEBS = ["python3.11", "libstdc++6", "zlib1g"]
+PURE_DEPS = ["filelock", "typing-extensions", "sympy>=1.13.3", "networkx", "jinja2", "fsspec"]
+TESTS = ["tests/test_ops.py", "tests/test_autograd.py", "tests/test_errors.py"]
+
+
+def log(msg: str) -> None:
+    print(f"[aarch64-qemu] {msg}", flush=True)
+
+
+def sh(cmd, **kw) -> subprocess.CompletedProcess:
+    cp = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if cp.returncode != 0:
+        raise RuntimeError(f"`{' '.join(map(str, cmd))}` failed ({cp.returncode}):\n{cp.stdout[-3000:]}{cp.stderr[-3000:]}")
+    return cp
+
+
+def ensure_host_tools() -> None:
+    missing = [pkg for exe, pkg in (("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu"), ("qemu-aarch64", "qemu-user"))
+               if shutil.which(exe) is None]
+    if missing:
+        log(f"installing {' '.join(missing)} with apt-get")
+        sh(["apt-get", "update", "-qq"])
+        sh(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+
+
+def aarch64_root() -> Path:
+    """Debian's arm64 python3.11 and its libraries, unpacked (not installed) into the cache."""
+    apt, root = cache_dir() / "aarch64-apt", cache_dir() / "aarch64-root"
+    if (root / "usr" / "bin" / "python3.11").exists() and (root / "site" / "torch").is_dir():
+        return root
+    for d in ("lists/partial", "cache/archives/partial", "state"):
+        (apt / d).mkdir(parents=True, exist_ok=True)
+    (apt / "state" / "status").touch()
+    opts = []
+    for k, v in (("APT::Architecture", "arm64"), ("APT::Architectures::", "arm64"), ("Dir::State", apt / "state"),
+                 ("Dir::State::Lists", apt / "lists"), ("Dir::State::Status", apt / "state" / "status"),
+                 ("Dir::Cache", apt / "cache"), ("Debug::NoLocking", "1")):
+        opts += ["-o", f"{k}={v}"]
+    sh(["apt-get", *opts, "update", "-qq"])
+    sh(["apt-get", *opts, "install", "--download-only", "-y", "-qq", "--no-install-recommends", *DEBS])
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for deb in sorted((apt / "cache" / "archives").glob("*.deb")):
+        sh(["dpkg-deb", "-x", deb, root])
+    whl = tw.download_torch(tw.OLDEST, "aarch64")
+    target = ["--target", root / "site", "--platform", tw.MACHINES["aarch64"], "--python-version", "3.11",
+              "--implementation", "cp", "--only-binary=:all:"]
+    sh([sys.executable, "-m", "pip", "install", "-q", *target, "--no-deps", whl], env=tw.pip_env())
+    sh([sys.executable, "-m", "pip", "install", "-q", *target, "--upgrade", *PURE_DEPS, "pytest", "hypothesis", "numpy"],
+       env=tw.pip_env())
+    return root
+
+
+def main(argv=None) -> int:
+    tests = (argv if argv is not None else sys.argv[1:]) or TESTS
+    t0 = time.time()
+    ensure_host_tools()
+    lib, _, s = tw.build_library(cache_dir() / "aarch64-build", tw.oldest_torch_dir("aarch64"),
+                                 defines={"CMAKE_SYSTEM_NAME": "Linux", "CMAKE_SYSTEM_PROCESSOR": "aarch64",
+                                          "CMAKE_CXX_COMPILER": "aarch64-linux-gnu-g++"})
+    log(f"cross-built {lib} in {s:.0f} s")
+    root = aarch64_root()
+    env = dict(os.environ, PYTHONPATH=f"{root / 'site'}:{REPO / 'src'}", TORCH_SEGOPS_LIBRARY=str(lib),
+               PYTHONNOUSERSITE="1")
+    cmd = ["qemu-aarch64", "-L", root, root / "usr" / "bin" / "python3.11", "-m", "pytest", *tests, "-q",
+           "-p", "no:cacheprovider"]
+    log("running " + " ".join(map(str, cmd)))
+    rc = subprocess.call([str(c) for c in cmd], env=env, cwd=REPO)
+    log(f"pytest exit {rc} after {time.time() - t0:.0f} s in all")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
