@@ -19,7 +19,7 @@ in every torch from 2.10 to 2.14.
    hypothesis and numpy into the kept cache folder (conda_tools.cache_dir()/wheels/torch-cu128|cu130;
    pip's find-links and config are ignored, see tools/torch_wheels.py), makes a fresh venv, installs
    them from that folder only (--no-index), installs the cpu wheel with --no-deps, and runs the op suite
-   (tests/test_ops*.py, test_autograd.py, test_compile.py, test_errors.py) against it. Then it points
+   (tests/test_ops*.py, test_autograd.py, test_compile.py, test_errors.py, test_torch_errors.py) against it. Then it points
    torch_segops at the cuda130 library (TORCH_SEGOPS_LIBRARY): in a cu130 torch it must load, say
    variant cuda / CUDA 13.0, and compute segment_sum/softmax on CPU tensors right (with --cuda130-tests
    the whole tests/test_ops.py runs again with it); in the cu128
@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 VERSIONS = ["2.10.0", "2.11.0", "2.12.0", "2.13.0", "2.14.0"]
 TEST_EXTRAS = ["pytest", "hypothesis", "numpy"]
 CUDA_ARCHS = "75-real;90-real"
-SUITE_EXTRA = ["tests/test_autograd.py", "tests/test_compile.py", "tests/test_errors.py"]
+SUITE_EXTRA = ["tests/test_autograd.py", "tests/test_compile.py", "tests/test_errors.py", "tests/test_torch_errors.py"]
 
 
 def log(msg: str) -> None:
@@ -76,6 +76,7 @@ def suite() -> list[str]:
 def build_cpu_wheel(tree: Path, work: Path) -> Path:
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
+    tw.own_build_dir(work / "build-cpu")
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", dist,
          "-C", f"cmake.define.TORCH_SEGOPS_TORCH_DIR={tree}", "-C", "cmake.define.TORCH_SEGOPS_TORCH_TARGET=2.10",
          "-C", "cmake.define.CMAKE_SHARED_LINKER_FLAGS=-Wl,--no-undefined",

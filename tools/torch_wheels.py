@@ -124,6 +124,17 @@ def target_version_hex(target: str) -> str:
     return hex((major << 56) | (minor << 48))
 
 
+def own_build_dir(build_dir: Path) -> Path:
+    """The source tree of this checkout; a build folder (they live in the cache, shared by every checkout)
+    that was configured from another checkout is removed first, or CMake and ninja would build that
+    other tree's sources. Returns the source tree."""
+    source = Path(__file__).resolve().parents[1]
+    cache = Path(build_dir) / "CMakeCache.txt"
+    if cache.exists() and f"CMAKE_HOME_DIRECTORY:INTERNAL={source}\n" not in cache.read_text():
+        shutil.rmtree(build_dir)
+    return source
+
+
 def build_library(build_dir: Path, torch_dir: Path, *, cuda_archs: str | None = None, target: str = "2.10",
                   no_undefined: bool = True, defines: dict | None = None, env: dict | None = None,
                   jobs: int | None = None) -> tuple[Path, str, float]:
@@ -147,7 +158,8 @@ def build_library(build_dir: Path, torch_dir: Path, *, cuda_archs: str | None = 
         d.update(TORCH_SEGOPS_WITH_CUDA="ON", CMAKE_CUDA_COMPILER=nvcc, CMAKE_CUDA_ARCHITECTURES=cuda_archs,
                  TORCH_SEGOPS_NVCC_THREADS=str(jobs))
     d.update(defines or {})
-    cmd = ["cmake", "-S", str(Path(__file__).resolve().parents[1]), "-B", str(build_dir)]
+    source = own_build_dir(build_dir)
+    cmd = ["cmake", "-S", str(source), "-B", str(build_dir)]
     if shutil.which("ninja"):
         cmd += ["-G", "Ninja"]
     cmd += [f"-D{k}={v}" for k, v in d.items()]
