@@ -629,14 +629,18 @@ int main(int argc, char** argv) {
   tiny.expand_work_max = 4;
   tiny.max_lanes = 3;
   tiny.validate_per_thread = 3;
+  tiny.short_avg_max = 0;  // the merge-path kernels with tiny chunks, whatever the segment lengths
+  Tuning tiny_short = tiny;  // the short-segment kernel on every F > 1 input, with tiny groups
+  tiny_short.short_avg_max = int64_t(1) << 40;
+  tiny_short.short_rows = 3;
   Tuning mid;
   mid.reduce_w_min = mid.reduce_w_max = mid.flat_w_max = 8;
   mid.level_k = 3;
   mid.expand_w_min = 8;
   mid.max_lanes = 16;
   mid.target_threads = 64;
-  const Tuning* tunings[] = {&dflt, &tiny, &mid};
-  const char* tuning_names[] = {"default", "tiny", "mid"};
+  const Tuning* tunings[] = {&dflt, &tiny, &mid, &tiny_short};
+  const char* tuning_names[] = {"default", "tiny", "mid", "tiny-short"};
 
   struct Shape {
     std::vector<int64_t> lead, ind_lead;
@@ -656,7 +660,7 @@ int main(int argc, char** argv) {
     for (int kind = 0; kind < 8; ++kind) {
       const Shape& sh = shapes[si];
       const Problem pb = make_problem(rng, sh.lead, sh.ind_lead, sh.N, sh.S, sh.F, kind);
-      for (int ti = 0; ti < 3; ++ti) {
+      for (int ti = 0; ti < 4; ++ti) {
         if (quick && ti == 2) continue;
         for (int mis = 0; mis < 2; ++mis) {
           if (mis == 1 && (kind % 2 == 1 || ti != 0)) continue;
@@ -706,6 +710,7 @@ int main(int argc, char** argv) {
       pb2.indptr.insert(pb2.indptr.end(), good.begin(), good.end());
       g_ctx = pb.name + " batched";
       run_all_dtypes(pb2, tiny, false, true);
+      run_all_dtypes(pb2, tiny_short, false, true);
       // gather with the same offsets (S rows of src, output size 6)
       Problem gp = pb;
       gp.N = gp.S;
@@ -727,6 +732,7 @@ int main(int argc, char** argv) {
     g_ctx = pb.name;
     run_all_ops<float>(pb, it % 2 ? tiny : dflt, false, true);
     run_all_ops<int64_t>(pb, tiny, false, true);
+    run_all_ops<BF16>(pb, tiny_short, false, true);
   }
 
   // Tags: an error word holding another call's tag is left alone.

@@ -184,27 +184,29 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
   for (size_t k = 0; k < k_max; ++k) {
     int cls[kCaps];
     std::fill(cls, cls + kCaps, -1);
+    // the round's distinct sectors: the L1 requests one sector once for all lanes of a warp's loads
+    std::vector<uint64_t> secs;
     for (int l = 0; l < 32; ++l) {
       if (k >= lr[l].size()) continue;
-      for (uint64_t s : lr[l][k].sectors) {
-        const int far = (warp_seen.count(s) || st.seen.count(s)) ? 1 : 2;
-        for (int c = 0; c < kCaps; ++c) {
-          const int x = l1[c].has(s) ? 0 : far;
-          if (x > 0) st.l1_miss[c] += 1;
-          cls[c] = std::max(cls[c], x);
-        }
-      }
+      secs.insert(secs.end(), lr[l][k].sectors.begin(), lr[l][k].sectors.end());
       st.round_bytes += lr[l][k].bytes;
+    }
+    std::sort(secs.begin(), secs.end());
+    secs.erase(std::unique(secs.begin(), secs.end()), secs.end());
+    for (uint64_t s : secs) {
+      const int far = (warp_seen.count(s) || st.seen.count(s)) ? 1 : 2;
+      for (int c = 0; c < kCaps; ++c) {
+        const int x = l1[c].has(s) ? 0 : far;
+        if (x > 0) st.l1_miss[c] += 1;
+        cls[c] = std::max(cls[c], x);
+      }
     }
     if (cls[0] < 0) continue;
     st.n_rounds += 1;
     for (int c = 0; c < kCaps; ++c) chain[c][cls[c]] += 1;
-    for (int l = 0; l < 32; ++l) {
-      if (k >= lr[l].size()) continue;
-      for (uint64_t s : lr[l][k].sectors) {
-        warp_seen.insert(s);
-        for (int c = 0; c < kCaps; ++c) l1[c].touch(s);
-      }
+    for (uint64_t s : secs) {
+      warp_seen.insert(s);
+      for (int c = 0; c < kCaps; ++c) l1[c].touch(s);
     }
   }
   for (int c = 0; c < kCaps; ++c) {

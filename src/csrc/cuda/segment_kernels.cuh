@@ -494,7 +494,143 @@ struct ReduceMain : ChunkGrid {
   }
 };
 
+// Pass 1 of the short-segment plan (average segment length <= Tuning::short_avg_max, F > 1): no chunks,
+// no carries. Thread tid = ((group * tiles) + tile) * G + lane; group gi of batch b owns the segments
+// [gi * Sg, (gi + 1) * Sg) whole, in batches of kSegBatch. A batch's offsets are loaded together with the
+// rows of the batch before (one round), and its rows are read kU at a time across segment borders (the
+// loads of a round are independent of where segments end), so a run of 8-row segments costs a round per
+// kU rows and nothing per segment. Offsets are clamped to a non-decreasing sequence inside [base, end].
+template <class Op, class Load, class OutT, int V> struct ReduceShort {
+  using State = typename Op::State;
+  using A = typename Load::A;
+  static constexpr int kSegBatch = 8;
+  static constexpr int kU = V >= 8 ? 4 : 8;  // rows in flight per thread (16-byte loads: 64-128 B per lane)
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t S, F;
+  int64_t Sg, gpb;       // segments per group, groups per batch
+  int64_t G, tiles, ft;  // lanes, tiles, features per tile
+  Load load;
+  int64_t N;
+  OutT* out;
+  int64_t* arg;
+  Validate val;
+
+  SEGOPS_HD void operator()(int64_t tid) const {
+    val.run(tid);
+    const int64_t unit = tid / G, lane = tid - unit * G;
+    const int64_t gi_all = unit / tiles, tile = unit - gi_all * tiles;
+    const int64_t b = gi_all / gpb, gi = gi_all - b * gpb;
+    const int64_t f0 = tile * ft + lane * V;
+    if (f0 >= F) return;  // idle lane of the last tile
+    const int64_t s_begin = gi * Sg, s_stop = imin(S, s_begin + Sg);
+    if (s_begin >= s_stop) return;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    int64_t nxt[kSegBatch + 1];
+    load_ends(p, s_begin, s_stop, nxt);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
+    const LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
+    int64_t lo = iclamp(nxt[0], base, end);  // clamped start of the current batch
+    for (int64_t s0 = s_begin; s0 < s_stop; s0 += kSegBatch) {
+      const int nseg = static_cast<int>(imin(kSegBatch, s_stop - s0));
+      int64_t e[kSegBatch + 1];  // clamped, non-decreasing ends of the batch's segments (e[0] = start)
+      e[0] = lo;
+SEGOPS_UNROLL
+      for (int k = 1; k <= kSegBatch; ++k) e[k] = k <= nseg ? iclamp(nxt[k], e[k - 1], end) : e[k - 1];
+      lo = e[nseg];
+      // the next batch's offsets travel with this batch's first rows
+      if (s0 + kSegBatch < s_stop) load_ends(p, s0 + kSegBatch, s_stop, nxt);
+      int k = 0;                           // current segment of the batch
+      int64_t e_k = e[0], hi = e[1];       // its clamped start and end
+      State st[V];
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) st[v] = Op::identity();
+      for (int64_t r = e[0]; r < e[nseg]; r += kU) {
+        const int64_t n = imin(kU, e[nseg] - r);
+        A x[kU][V];
+SEGOPS_UNROLL
+        for (int u = 0; u < kU; ++u) {
+          if (u < n) fetch(r + u, x[u]);
+        }
+        SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+        for (int u = 0; u < kU; ++u) {
+          if (u >= n) break;
+          const int64_t row = r + u;
+          while (row >= hi) {  // k < nseg - 1 here: row < e[nseg]
+            flush(st, b, s0 + k, hi - e_k, f0);
+            ++k;
+            e_k = hi;
+            hi = pick(e, k + 1);
+          }
+SEGOPS_UNROLL
+          for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row);
+        }
+      }
+      SEGOPS_TRACE_USE();  // (the prefetched offsets, when the batch had no rows)
+      for (; k < nseg; ++k) {
+        flush(st, b, s0 + k, hi - e_k, f0);
+        e_k = hi;
+        hi = pick(e, k + 2);
+      }
+    }
+  }
+
+  // e[i] without dynamic register indexing (i <= kSegBatch; larger i: e[kSegBatch])
+  SEGOPS_HD static int64_t pick(const int64_t (&e)[kSegBatch + 1], int i) {
+    int64_t r = e[0];
+SEGOPS_UNROLL
+    for (int j = 1; j <= kSegBatch; ++j) r = j == i ? e[j] : r;
+    return i > kSegBatch ? e[kSegBatch] : r;
+  }
+
+  // o[k] = p[min(s + k, s_stop)], k = 0..kSegBatch: independent loads, in flight together.
+  SEGOPS_HD void load_ends(const int64_t* p, int64_t s, int64_t s_stop, int64_t (&o)[kSegBatch + 1]) const {
+SEGOPS_UNROLL
+    for (int k = 0; k <= kSegBatch; ++k) o[k] = rd_async(p + imin(s + k, s_stop));
+  }
+
+  SEGOPS_HD void flush(State (&st)[V], int64_t b, int64_t s, int64_t count, int64_t f0) const {
+    write_results<Op, V>(st, count, N, out, arg, (b * S + s) * F + f0);
+SEGOPS_UNROLL
+    for (int v = 0; v < V; ++v) st[v] = Op::identity();
+  }
+};
+
 constexpr int kMaxLevels = 8;
+
+// acc = carry[i] (+) ... (+) carry[j] (+) acc for the run of entries i..j (going left from j, not below lo)
+// whose key is k, merged right to left; returns the first entry left of the run (lo - 1 if it reached lo).
+// Keys and states are loaded kBatch at a time (independent loads in flight together), so a run of K
+// carries costs K / kBatch rounds of loads, not K; the merge order is that of the one-by-one walk.
+template <class Op>
+SEGOPS_HD int64_t merge_run_left(const typename Op::State* carry, const int64_t* key, int64_t j, int64_t lo,
+                                 int64_t k, int64_t F, int64_t f, typename Op::State& acc) {
+  using State = typename Op::State;
+  constexpr int kBatch = 8;
+  while (j >= lo) {
+    int64_t kk[kBatch];
+    State t[kBatch];
+SEGOPS_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      if (j - u >= lo) {
+        kk[u] = rd_async(key + j - u);
+        t[u] = rd_async(carry + (j - u) * F + f);
+      }
+    }
+    SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      if (j < lo || kk[u] != k) return j;
+      Op::merge(t[u], acc);
+      acc = t[u];
+      --j;
+    }
+  }
+  return j;
+}
 
 // Pass 2 (one launch per level): entry g of level l+1 = the trailing run of level-l carries of group g
 // (entries [g*K, min((g+1)*K, n_in))) that share the key of the group's last entry, merged in order.
@@ -514,11 +650,7 @@ template <class Op> struct LevelCarry {
     if (f == 0) wr(key_out + g, k);
     if (k < 0) return;
     State acc = rd(carry_in + last * F + f);
-    for (int64_t j = last - 1; j >= g * K && rd(key_in + j) == k; --j) {
-      State t = rd(carry_in + j * F + f);
-      Op::merge(t, acc);
-      acc = t;
-    }
+    merge_run_left<Op>(carry_in, key_in, last - 1, g * K, k, F, f, acc);
     wr(carry_out + g * F + f, acc);
   }
 };
@@ -553,12 +685,7 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
       const int64_t gs = top ? 0 : (j / K) * K;
       const State* cl = carry[l];
       const int64_t* kl = key[l];
-      while (j >= gs && rd(kl + j) == k) {
-        State t = rd(cl + j * F + f);
-        Op::merge(t, acc);
-        acc = t;
-        --j;
-      }
+      j = merge_run_left<Op>(cl, kl, j, gs, k, F, f, acc);
       if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
       j = gs / K - 1;             // the group before, one level up
       ++l;
@@ -707,10 +834,15 @@ struct Tuning {
   int64_t level_k = 64;                               // carries merged per group and level
   int64_t max_lanes = 64;                             // lanes sharing one reduction chunk
   int64_t validate_per_thread = 16;                   // offsets per thread of a standalone validation
+  // Short-segment plan (ReduceShort): F > 1 and N <= short_avg_max * S (an average segment of at most that
+  // many rows); a group of lanes then owns about short_rows rows' worth of whole segments.
+  int64_t short_avg_max = 16, short_rows = 64;
 };
 
 struct ReducePlan {
   bool flat = false;
+  bool short_segs = false;  // ReduceShort: groups own whole segments (Sg per group, gpb groups per batch)
+  int64_t Sg = 0, gpb = 0;
   int V = 1;
   int64_t G = 1, tiles = 1, ft = 1, W = 1, cpb = 0, C = 0, main_threads = 0;
   int L = 1;
@@ -728,6 +860,13 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
   pl.G = pl.flat ? 1 : imin(nfv, t.max_lanes);
   pl.tiles = ceil_div(nfv, pl.G);
   pl.ft = pl.G * pl.V;
+  if (!pl.flat && N <= t.short_avg_max * S) {
+    pl.short_segs = true;
+    pl.Sg = imax(1, ceil_div(t.short_rows * S, imax(N, 1)));
+    pl.gpb = ceil_div(S, pl.Sg);
+    pl.main_threads = B * pl.gpb * pl.G * pl.tiles;
+    return pl;
+  }
   const int64_t w_max = pl.flat ? t.flat_w_max : t.reduce_w_max;
   pl.W = t.reduce_w_min;
   while (pl.W < w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.target_threads) pl.W *= 2;
@@ -850,6 +989,33 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   fx.pub = ec.publish(g);
   if (pl.main_threads == 0) {  // nothing to reduce: validate, then publish
     launch_validate(ex, g, ec, nullptr, t);
+    ex.launch(fx, 1);
+    return;
+  }
+  if (pl.short_segs) {  // one pass over whole segments, then publish (fx with no chunks)
+    auto fill_short = [&](auto& k) {
+      k.indptr = g.indptr;
+      k.bmap = g.bmap;
+      k.S = g.S;
+      k.F = g.F;
+      k.Sg = pl.Sg;
+      k.gpb = pl.gpb;
+      k.G = pl.G;
+      k.tiles = pl.tiles;
+      k.ft = pl.ft;
+      k.load = load;
+      k.N = g.N;
+      k.out = out;
+      k.arg = arg;
+      k.val = ec.validate(g, pl.main_threads);
+      ex.launch(k, pl.main_threads);
+    };
+    if (pl.V > 1) {
+      with_kernel<ReduceShort<Op, Load, OutT, Load::kVec>>(fill_short);
+    } else {
+      with_kernel<ReduceShort<Op, Load, OutT, 1>>(fill_short);
+    }
+    fx.C = 0;
     ex.launch(fx, 1);
     return;
   }
