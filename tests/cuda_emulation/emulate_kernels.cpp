@@ -25,6 +25,7 @@
 
 #include "cuda/error_messages.h"
 #include "cuda/segment_kernels.cuh"
+#include "block_emulation.h"
 
 using namespace torch_segops;
 using namespace torch_segops::cuda;
@@ -101,6 +102,13 @@ struct HostExec {
       std::shuffle(ids.begin(), ids.end(), rng);
       for (int64_t t : ids) k(t);
     }
+  }
+  // block kernels: blocks in forward (order 0, 2) or reverse order, threads of a block as fibers in `order`
+  template <class K> void launch_blocks(const K& k, int64_t blocks) {
+    ++launches;
+    segops_emu::BlockRunner runner;
+    runner.order = order;
+    segops_emu::run_blocks(runner, k, blocks, 0xA5);
   }
   ~HostExec() {
     for (void* m : mem) std::free(m);
@@ -623,7 +631,7 @@ int main(int argc, char** argv) {
   Tuning dflt;
   Tuning tiny;  // tiny chunks and groups: many crossing segments, 3+ carry levels on small inputs
   tiny.reduce_w_min = tiny.reduce_w_max = 3;
-  tiny.flat_w_max = 3;
+  tiny.flat_items = 1;  // F == 1: 256-item chunks
   tiny.level_k = 2;
   tiny.expand_w_min = 3;
   tiny.expand_work_max = 4;
@@ -634,7 +642,8 @@ int main(int argc, char** argv) {
   tiny_short.short_avg_max = int64_t(1) << 40;
   tiny_short.short_rows = 3;
   Tuning mid;
-  mid.reduce_w_min = mid.reduce_w_max = mid.flat_w_max = 8;
+  mid.reduce_w_min = mid.reduce_w_max = 8;
+  mid.flat_items = 3;
   mid.level_k = 3;
   mid.expand_w_min = 8;
   mid.max_lanes = 16;

@@ -60,6 +60,14 @@ __global__ void __launch_bounds__(kThreads) run_kernel(const K k, int64_t n) {
   if (tid < n) k(tid);
 }
 
+// Block kernels (segment_kernels.cuh): K::kBlock threads, K::Shared in static shared memory.
+template <class K>
+__global__ void __launch_bounds__(K::kBlock) run_block_kernel(const K k) {
+  __shared__ typename K::Shared sh;
+  DeviceBlock blk;
+  k(blk, sh);
+}
+
 namespace {
 
 // ---- CUDA errors -----------------------------------------------------------------------------------
@@ -214,6 +222,13 @@ class CudaCall {
     const int64_t blocks = ceil_div(n, kThreads);
     SEGOPS_CHECK(blocks <= 0x7fffffff, op_, "input too large for one CUDA launch (", n, " threads)");
     run_kernel<K><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(k, n);
+    check_cuda(cudaGetLastError(), op_, "a kernel launch");
+  }
+
+  template <class K> void launch_blocks(const K& k, int64_t blocks) {
+    if (blocks <= 0) return;
+    SEGOPS_CHECK(blocks <= 0x7fffffff, op_, "input too large for one CUDA launch (", blocks, " blocks)");
+    run_block_kernel<K><<<static_cast<unsigned>(blocks), K::kBlock, 0, stream_>>>(k);
     check_cuda(cudaGetLastError(), op_, "a kernel launch");
   }
 

@@ -300,38 +300,6 @@ template <class Load, int V> struct LaneFetch {
   SEGOPS_HD int64_t e(int64_t row) const { return row_elem0 + row * F; }
 };
 
-// F == 1: one thread reads consecutive rows, VR at a time with an aligned vector load (kept in registers).
-template <class Load, int VR> struct FlatFetch {
-  using A = typename Load::A;
-  Load load;
-  int64_t elem0;  // b * N
-  int64_t total;  // elements of the whole input (vector loads never pass its end)
-  bool vec_ok;    // the input pointers are aligned for VR-wide loads
-  int64_t cached = -1;
-  A buf[VR] = {};
-  SEGOPS_HD void operator()(int64_t row, A (&x)[1]) {
-    const int64_t e = elem0 + row;
-    if (VR == 1 || !vec_ok) {
-      load.template load<1>(e, x);
-      return;
-    }
-    const int64_t q = e / VR;
-    if (q != cached) {
-      if ((q + 1) * VR > total) {
-        load.template load<1>(e, x);
-        return;
-      }
-      load.template load<VR>(q * VR, buf);
-      cached = q;
-    }
-    const int j = static_cast<int>(e - q * VR);
-    A r = buf[0];
-SEGOPS_UNROLL
-    for (int jj = 1; jj < VR; ++jj) r = jj == j ? buf[jj] : r;  // no dynamic register indexing
-    x[0] = r;
-  }
-};
-
 // Folds rows [row0, row0 + count) into st[V]; positions are absolute rows along dim.
 template <class Op, int V, class Fetch>
 SEGOPS_HD void reduce_rows(typename Op::State (&st)[V], Fetch& fetch, int64_t row0, int64_t count) {
@@ -341,7 +309,7 @@ SEGOPS_UNROLL
   int64_t r = 0;
   // Rows loaded before they are folded in: independent loads in flight per thread (the memory model,
   // benchmarks/gpu_model.py: a thread's rounds of loads, not its bytes, set the time of short segments).
-  // Wide vectors move 16 bytes per load; the flat path (V = 1, F == 1) loads 16 bytes per kVec rows.
+  // Wide vectors move 16 bytes per load.
   constexpr int kU = V >= 4 ? 4 : 8;
   for (; r + kU <= count; r += kU) {
     A x[kU][V];
@@ -410,9 +378,8 @@ struct Partition : ChunkGrid {
   }
 };
 
-// Pass 1. Thread tid = ((chunk * tiles) + tile) * G + lane. kFlat: F == 1, G = tiles = 1, V = 1, rows
-// read VR at a time.
-template <class Op, class Load, class OutT, int V, bool kFlat, int VR = 1>
+// Pass 1 (F > 1, long segments on average). Thread tid = ((chunk * tiles) + tile) * G + lane.
+template <class Op, class Load, class OutT, int V>
 struct ReduceMain : ChunkGrid {
   using State = typename Op::State;
   Load load;
@@ -425,8 +392,6 @@ struct ReduceMain : ChunkGrid {
   int64_t* ckey;   // [C]: global segment (b * S + s) of carry[c], -1 if none
   int64_t* hkey;   // [C]
   const MergeCoord* coord;  // [B, cpb + 1] (Partition)
-  int64_t total;   // B * N * F (flat path bound)
-  bool vec_ok;     // flat path: aligned for VR-wide loads
   Validate val;
 
   SEGOPS_HD void operator()(int64_t tid) const {
@@ -446,13 +411,8 @@ struct ReduceMain : ChunkGrid {
     const int64_t d0 = ci * W;
     int64_t ck = -1, hk = -1;
     if (d0 < S + nnz) {
-      if constexpr (kFlat) {
-        FlatFetch<Load, VR> fetch{load, b * N, total, vec_ok};
-        walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
-      } else {
-        LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
-        walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
-      }
+      LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
+      walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
     }
     if (key_writer) {
       wr(ckey + c, ck);
@@ -596,6 +556,245 @@ SEGOPS_UNROLL
     write_results<Op, V>(st, count, N, out, arg, (b * S + s) * F + f0);
 SEGOPS_UNROLL
     for (int v = 0; v < V; ++v) st[v] = Op::identity();
+  }
+};
+
+// ---- cooperative (block) kernels ----------------------------------------------------------------------------
+//
+// A block kernel has `Shared` (its shared memory), kBlock threads per block and
+// `template <class Blk> operator()(Blk& blk, Shared& sh)`, run by every thread of block blk.block().
+// Threads talk only through Blk: sync() (a barrier of the whole block, __syncthreads) and shfl_up(v, d)
+// (lane l gets lane l - d's v, its own for l < d; __shfl_up_sync over the full warp), and through `sh`
+// between barriers. Every thread of a block must reach the same barriers (no thread returns early while
+// others wait) and every lane of a warp the same shuffles. segment_cuda.cu runs them with DeviceBlock; the
+// host emulation (tests/cuda_emulation/block_emulation.h) runs each thread of a block as a fiber, phase by
+// phase between barriers, in forward, reverse or shuffled order, and fails on a barrier or shuffle that
+// not every thread reaches.
+#if defined(__CUDACC__)
+struct DeviceBlock {
+  __device__ int thread() const { return static_cast<int>(threadIdx.x); }
+  __device__ int64_t block() const { return static_cast<int64_t>(blockIdx.x); }
+  __device__ void sync() const { __syncthreads(); }
+  template <class X> __device__ X shfl_up(const X& v, int d) const {
+    static_assert(sizeof(X) % 4 == 0, "shuffled types are whole 32-bit words");
+    constexpr int kWords = static_cast<int>(sizeof(X) / 4);
+    uint32_t w[kWords];
+    memcpy(w, &v, sizeof(X));
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = __shfl_up_sync(0xffffffffu, w[i], d);
+    X r;
+    memcpy(&r, w, sizeof(X));
+    return r;
+  }
+};
+#endif
+
+// A reduction state with a flag: "a segment starts in this range" (its left part is complete). The
+// segmented-scan operator: (f1, a) then (f2, b) = (f1 | f2, f2 ? b : a (+) b); associative, so any fixed
+// tree of it gives the same result as the serial fold up to the rounding of the fixed tree.
+template <class Op> struct FlagState {
+  typename Op::State st;
+  int32_t flag;
+  int32_t pad;
+};
+
+template <class Op> SEGOPS_HD FlagState<Op> seg_combine(const FlagState<Op>& a, const FlagState<Op>& b) {
+  if (b.flag) return b;
+  FlagState<Op> r = a;
+  Op::merge(r.st, b.st);
+  return r;
+}
+
+// Pass 1 of the flat plan (F == 1) as a block kernel. Block c owns merge-path chunk c (W = kBlock * items
+// items of (segment ends, rows)), whose coordinates Partition found. 1. The block loads the chunk's rows
+// into shared memory coalesced (consecutive threads, consecutive aligned 16-byte vectors, all of a
+// thread's loads in flight together) and its segment ends (clamped offsets, coalesced). 2. Each thread
+// walks kItems merge items of the tile in shared memory (a merge-path search there finds its start),
+// writing the segments that start and end inside its range and keeping the partial of its first segment
+// and of its last (open) one. 3. A block-wide segmented scan (warp shuffles, then the 8 warp totals through
+// shared memory) gives every thread the part of its first segment held by the threads before it. 4. The
+// first segments are written; the chunk's head (a segment that started in an earlier chunk) and carry (one
+// still open at its end) go to the carry workspace exactly like ReduceMain's, for LevelCarry and Fixup.
+template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
+  using State = typename Op::State;
+  using A = typename Load::A;
+  using FS = FlagState<Op>;
+  static constexpr int kBlock = 256, kWarps = kBlock / 32;
+  // items per thread at most: 16 (32 KiB of shared memory) for 4-byte A, 8 for 8-byte A
+  static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8, kW = kBlock * kItemsMax;
+  static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
+  struct Shared {
+    A x[kW];                // the chunk's rows
+    int32_t e[kW + 1];      // e[i], 1 <= i <= ns: end of segment m0.seg + i - 1, in tile rows (clamped)
+    int64_t start0;         // clamped start (absolute row) of segment m0.seg
+    FS warp_total[kWarps];  // the inclusive scan at each warp's last lane
+  };
+  Load load;
+  int items;      // merge items per thread (W = kBlock * items <= kW)
+  int64_t N;
+  int64_t total;  // B * N (vector loads never pass it)
+  bool vec_ok;    // the input pointers are aligned for 16-byte loads
+  OutT* out;
+  int64_t* arg;
+  State* carry;    // [C]
+  State* head;     // [C]
+  int64_t* ckey;   // [C]
+  int64_t* hkey;   // [C]
+  const MergeCoord* coord;  // [B, cpb + 1]
+  Validate val;
+
+  template <class Blk> SEGOPS_HD void operator()(Blk& blk, Shared& sh) const {
+    const int t = blk.thread();
+    const int64_t c = blk.block();
+    val.run(c * kBlock + t);
+    const int64_t b = c / cpb, ci = c - b * cpb;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    const MergeCoord m0 = rd_async(coord + b * (cpb + 1) + ci), m1 = rd_async(coord + b * (cpb + 1) + ci + 1);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
+    if (ci * W >= S + nnz) {  // the whole block: nothing in this chunk
+      if (t == 0) {
+        wr(ckey + c, int64_t(-1));
+        wr(hkey + c, int64_t(-1));
+      }
+      return;
+    }
+    // the tile: rows [r0, r0 + nr) (relative to base), segment ends m0.seg .. m0.seg + ns - 1
+    const int64_t r0 = iclamp(m0.row, 0, nnz);
+    const int nr = static_cast<int>(iclamp(m1.row - r0, 0, imin(W, nnz - r0)));
+    const int64_t sg0 = iclamp(m0.seg, 0, S);
+    const int ns = static_cast<int>(iclamp(m1.seg - sg0, 0, imin(W - nr, S - sg0)));
+    stage(blk, sh, p, b, base, end, r0, nr, sg0, ns);
+    blk.sync();
+
+    // 2. this thread's items [d, d1) of the tile's ns + nr
+    const int nt = ns + nr;
+    const int d = static_cast<int>(imin(int64_t(t) * items, nt)), d1 = static_cast<int>(imin(d + items, nt));
+    int seg = search(sh, ns, nr, d), row = d - seg;
+    FS first{Op::identity(), 0, 0};  // the partial of this thread's first segment, before its end
+    int first_seg = -1;              // its index in the tile if it ends here (-1: no end in this range)
+    State st = Op::identity();
+    for (int i = d; i < d1; ++i) {
+      const bool is_end = seg < ns && (row >= nr || sh.e[seg + 1] <= row);
+      if (is_end) {
+        if (first_seg < 0) {
+          first.st = st;
+          first_seg = seg;
+        } else {
+          write_segment(sh, st, b, sg0, seg, base + r0);
+        }
+        st = Op::identity();
+        ++seg;
+      } else {
+        Op::step(st, sh.x[row], base + r0 + row);
+        ++row;
+      }
+    }
+    // 3. inclusive segmented scan of the threads' trailing partials: flag = the thread ended a segment
+    FS mine{st, first_seg >= 0 ? 1 : 0, 0};
+    FS incl = mine;
+    const int lane = t & 31, warp = t >> 5;
+SEGOPS_UNROLL
+    for (int k = 1; k < 32; k *= 2) {
+      const FS up = blk.shfl_up(incl, k);
+      if (lane >= k) incl = seg_combine<Op>(up, incl);
+    }
+    if (lane == 31) sh.warp_total[warp] = incl;
+    const FS before_in_warp = blk.shfl_up(incl, 1);  // exclusive, inside the warp (lane 0: unused)
+    blk.sync();
+    FS excl{Op::identity(), 0, 0};  // everything before this thread in the block
+    for (int w = 0; w < warp; ++w) excl = seg_combine<Op>(excl, sh.warp_total[w]);
+    if (lane > 0) excl = seg_combine<Op>(excl, before_in_warp);
+    // 4. the first segment: the threads before this one hold its beginning
+    if (first_seg >= 0) {
+      State whole = excl.st;
+      Op::merge(whole, first.st);
+      if (first_seg == 0 && sh.start0 - base < r0) {  // started in an earlier chunk: the chunk's head
+        wr(head + c, whole);
+      } else {
+        write_segment(sh, whole, b, sg0, first_seg, base + r0);
+      }
+    }
+    if (t == kBlock - 1) {  // the segment open at the chunk's end (rows of it in the tile): the carry
+      const FS all = seg_combine<Op>(excl, mine);
+      const bool open = sg0 + ns < S && nr > 0 && (ns == 0 || sh.e[ns] < nr);
+      if (open) wr(carry + c, all.st);
+      wr(ckey + c, open ? b * S + sg0 + ns : int64_t(-1));
+      wr(hkey + c, ns > 0 && sh.start0 - base < r0 ? b * S + sg0 : int64_t(-1));
+    }
+  }
+
+  // Rows (as A) and clamped offsets of the tile into shared memory; a thread's loads are in flight together.
+  template <class Blk>
+  SEGOPS_HD void stage(Blk& blk, Shared& sh, const int64_t* p, int64_t b, int64_t base, int64_t end, int64_t r0,
+                       int nr, int64_t sg0, int ns) const {
+    const int t = blk.thread();
+    constexpr int kPer = (kW + kVR - 1) / kVR / kBlock + 1;  // vectors per thread (covers a misaligned tile)
+    constexpr int kOff = (kW + 1 + kBlock - 1) / kBlock;     // offsets per thread
+    const int64_t e0 = b * N + base + r0, e1 = e0 + nr;       // the tile's elements
+    const int64_t q0 = e0 / kVR;                              // first aligned vector
+    A v[kPer][kVR];
+    int64_t o[kOff];
+SEGOPS_UNROLL
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t q = q0 + t + int64_t(j) * kBlock;
+      if (q * kVR < e1) {
+        if (vec_ok && (q + 1) * kVR <= total) {
+          load.template load<kVR>(q * kVR, v[j]);
+        } else {
+SEGOPS_UNROLL
+          for (int i = 0; i < kVR; ++i) {
+            const int64_t e = q * kVR + i;
+            A one[1] = {A(0)};
+            if (e >= e0 && e < e1) load.template load<1>(e, one);
+            v[j][i] = one[0];
+          }
+        }
+      }
+    }
+SEGOPS_UNROLL
+    for (int j = 0; j < kOff; ++j) {
+      const int i = t + j * kBlock;
+      if (i <= ns) o[j] = rd_async(p + sg0 + i);
+    }
+    SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t q = q0 + t + int64_t(j) * kBlock;
+SEGOPS_UNROLL
+      for (int i = 0; i < kVR; ++i) {
+        const int64_t e = q * kVR + i;
+        if (e >= e0 && e < e1) sh.x[e - e0] = v[j][i];
+      }
+    }
+SEGOPS_UNROLL
+    for (int j = 0; j < kOff; ++j) {
+      const int i = t + j * kBlock;
+      if (i == 0) sh.start0 = iclamp(o[j], base, end);
+      if (i > 0 && i <= ns) sh.e[i] = static_cast<int32_t>(iclamp(iclamp(o[j], base, end) - base - r0, 0, nr));
+    }
+  }
+
+  // The segment ends before merge-path diagonal d of the tile (the rest of the d items are rows).
+  SEGOPS_HD static int search(const Shared& sh, int ns, int nr, int d) {
+    int lo = static_cast<int>(imax(0, d - nr)), hi = static_cast<int>(imin(d, ns));
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (sh.e[mid + 1] <= d - mid - 1) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+
+  // row0: absolute row of tile row 0
+  SEGOPS_HD void write_segment(const Shared& sh, const State& st, int64_t b, int64_t sg0, int seg,
+                               int64_t row0) const {
+    const int64_t count = imax(seg == 0 ? sh.e[1] + row0 - sh.start0 : sh.e[seg + 1] - sh.e[seg], 0);
+    write_result<Op>(st, count, N, out, arg, b * S + sg0 + seg);
   }
 };
 
@@ -829,7 +1028,8 @@ template <class Fn, int V> struct Expand : ChunkGrid {
 // Tunables. The plan depends only on shapes and dtype (never on the GPU), so results are reproducible.
 struct Tuning {
   int64_t target_threads = int64_t(1) << 19;  // grow chunks until a launch has at most this many threads
-  int64_t reduce_w_min = 32, reduce_w_max = 256, flat_w_max = 1024;
+  int64_t reduce_w_min = 32, reduce_w_max = 256;
+  int flat_items = 16;  // F == 1 (ReduceFlatBlock): merge items per thread (at most its kItemsMax)
   int64_t expand_w_min = 32, expand_work_max = 8192;  // expand: W * nfv <= this
   int64_t level_k = 64;                               // carries merged per group and level
   int64_t max_lanes = 64;                             // lanes sharing one reduction chunk
@@ -867,12 +1067,15 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
     pl.main_threads = B * pl.gpb * pl.G * pl.tiles;
     return pl;
   }
-  const int64_t w_max = pl.flat ? t.flat_w_max : t.reduce_w_max;
-  pl.W = t.reduce_w_min;
-  while (pl.W < w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.target_threads) pl.W *= 2;
+  if (pl.flat) {
+    pl.W = 256 * imax(1, t.flat_items);  // ReduceFlatBlock: kBlock threads of `items` items
+  } else {
+    pl.W = t.reduce_w_min;
+    while (pl.W < t.reduce_w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.target_threads) pl.W *= 2;
+  }
   pl.cpb = ceil_div(S + N, pl.W);
   pl.C = B * pl.cpb;
-  pl.main_threads = pl.C * pl.G * pl.tiles;
+  pl.main_threads = pl.C * (pl.flat ? 256 : pl.G * pl.tiles);
   pl.n[0] = pl.C;
   pl.L = 1;
   while (pl.n[pl.L - 1] > t.level_k && pl.L < kMaxLevels) {
@@ -905,8 +1108,9 @@ inline ExpandPlan plan_expand(int64_t B, int64_t R, int64_t S, int64_t F, int vm
 
 // ---- drivers (host): plan, carve the workspace, launch the kernels in order --------------------------
 //
-// Exec provides: void* workspace(size_t bytes) (device memory alive until the op returns) and
-// template <class K> void launch(const K& k, int64_t threads).
+// Exec provides: void* workspace(size_t bytes) (device memory alive until the op returns),
+// template <class K> void launch(const K& k, int64_t threads) (k(tid) per thread) and
+// template <class K> void launch_blocks(const K& k, int64_t blocks) (a block kernel, K::kBlock threads each).
 
 struct Geometry {
   int64_t B = 1, N = 0, S = 0, F = 1;  // src viewed as [B, N, F]; S segments
@@ -977,7 +1181,10 @@ template <class Op, class Load, class OutT, class Exec>
 void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_t* arg, const ErrorContext& ec,
                 bool vec_ok, const Tuning& t = Tuning()) {
   using State = typename Op::State;
-  const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, t);
+  using FlatK = ReduceFlatBlock<Op, Load, OutT>;
+  Tuning tf = t;
+  tf.flat_items = static_cast<int>(iclamp(t.flat_items, 1, FlatK::kItemsMax));
+  const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, tf);
   Fixup<Op, OutT> fx{};
   static_cast<ChunkGrid&>(fx) = chunk_grid(g, pl.W, pl.cpb);
   fx.L = pl.L;
@@ -1056,17 +1263,31 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     k.head = head;
     k.ckey = key[0];
     k.hkey = hkey;
-    k.total = g.B * g.N * g.F;
-    k.vec_ok = vec_ok;
     k.val = ec.validate(g, pl.main_threads);
     ex.launch(k, pl.main_threads);
   };
   if (pl.flat) {
-    with_kernel<ReduceMain<Op, Load, OutT, 1, true, Load::kVec>>(fill_main);
+    using K = FlatK;
+    K k{};
+    static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
+    k.coord = coord;
+    k.load = load;
+    k.items = static_cast<int>(pl.W / K::kBlock);
+    k.N = g.N;
+    k.total = g.B * g.N;
+    k.vec_ok = vec_ok;
+    k.out = out;
+    k.arg = arg;
+    k.carry = carry[0];
+    k.head = head;
+    k.ckey = key[0];
+    k.hkey = hkey;
+    k.val = ec.validate(g, pl.main_threads);
+    ex.launch_blocks(k, pl.C);
   } else if (pl.V > 1) {
-    with_kernel<ReduceMain<Op, Load, OutT, Load::kVec, false>>(fill_main);
+    with_kernel<ReduceMain<Op, Load, OutT, Load::kVec>>(fill_main);
   } else {
-    with_kernel<ReduceMain<Op, Load, OutT, 1, false>>(fill_main);
+    with_kernel<ReduceMain<Op, Load, OutT, 1>>(fill_main);
   }
   for (int l = 1; l < pl.L; ++l) {
     LevelCarry<Op> lc{carry[l - 1], key[l - 1], pl.n[l - 1], carry[l], key[l], pl.n[l], g.F, t.level_k};
