@@ -373,8 +373,46 @@ struct Partition : ChunkGrid {
   SEGOPS_HD void operator()(int64_t tid) const {
     const int64_t b = tid / (cpb + 1), ci = tid - b * (cpb + 1);
     const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N), nnz = end - base;
-    wr(coord + tid, merge_path_search(p, S, nnz, imin(ci * W, S + nnz)));
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
+    wr(coord + tid, search(p, p0, nnz, imin(ci * W, S + nnz)));
+  }
+
+  // merge_path_search (the same split for a valid indptr; inside the diagonal's bounds for any indptr), as
+  // an 8-ary search: each round loads 7 probes together, so a search over S segments takes log8(S) rounds
+  // of dependent loads instead of log2(S).
+  SEGOPS_HD MergeCoord search(const int64_t* p, int64_t base, int64_t nnz, int64_t diag) const {
+    constexpr int kWays = 8;
+    int64_t lo = imax(diag - nnz, 0), hi = imin(diag, S);  // the answer lies in [lo, hi]
+    while (lo < hi) {
+      const int64_t step = ceil_div(hi - lo, kWays);
+      int64_t v[kWays - 1];
+SEGOPS_UNROLL
+      for (int k = 0; k < kWays - 1; ++k) {
+        const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
+        v[k] = rd_async(p + mid + 1);
+      }
+      SEGOPS_TRACE_USE();
+      // the first probe where "segment end mid comes before row diag - mid" fails bounds the answer
+      int64_t nlo = lo, nhi = hi;
+      bool found = false;
+SEGOPS_UNROLL
+      for (int k = 0; k < kWays - 1; ++k) {
+        const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
+        if (!found) {
+          if (v[k] - base <= diag - mid - 1) {
+            nlo = mid + 1;
+          } else {
+            nhi = mid;
+            found = true;
+          }
+        }
+      }
+      lo = nlo;  // the range shrinks to at most ceil((hi - lo) / kWays) - 1 + 1 candidates every round
+      hi = nhi;
+    }
+    return {lo, diag - lo};
   }
 };
 
@@ -802,13 +840,13 @@ constexpr int kMaxLevels = 8;
 
 // acc = carry[i] (+) ... (+) carry[j] (+) acc for the run of entries i..j (going left from j, not below lo)
 // whose key is k, merged right to left; returns the first entry left of the run (lo - 1 if it reached lo).
-// Keys and states are loaded kBatch at a time (independent loads in flight together), so a run of K
-// carries costs K / kBatch rounds of loads, not K; the merge order is that of the one-by-one walk.
+// Keys and states are loaded 16 at a time (independent loads in flight together), so a run of K
+// carries costs K / 16 rounds of loads, not K; the merge order is that of the one-by-one walk.
 template <class Op>
 SEGOPS_HD int64_t merge_run_left(const typename Op::State* carry, const int64_t* key, int64_t j, int64_t lo,
                                  int64_t k, int64_t F, int64_t f, typename Op::State& acc) {
   using State = typename Op::State;
-  constexpr int kBatch = 8;
+  constexpr int kBatch = 16;
   while (j >= lo) {
     int64_t kk[kBatch];
     State t[kBatch];
@@ -845,10 +883,11 @@ template <class Op> struct LevelCarry {
     const int64_t g = tid / F, f = tid - g * F;
     if (g >= n_out) return;
     const int64_t last = imin((g + 1) * K, n_in) - 1;
-    const int64_t k = rd(key_in + last);
+    const int64_t k = rd_async(key_in + last);
+    State acc = rd_async(carry_in + last * F + f);  // (read before the key says whether it is needed)
+    SEGOPS_TRACE_USE();
     if (f == 0) wr(key_out + g, k);
     if (k < 0) return;
-    State acc = rd(carry_in + last * F + f);
     merge_run_left<Op>(carry_in, key_in, last - 1, g * K, k, F, f, acc);
     wr(carry_out + g * F + f, acc);
   }
@@ -876,7 +915,12 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
     const int64_t c = tid / F, f = tid - c * F;
     const int64_t k = rd(hkey + c);
     if (k < 0) return;
-    State acc = rd(head + c * F + f);
+    // the segment's offsets travel with its head state (one round)
+    const int64_t b = k / S, s = k - b * S;
+    const int64_t* p = indptr + bmap.offset(b);
+    State acc = rd_async(head + c * F + f);
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S), ps = rd_async(p + s), ps1 = rd_async(p + s + 1);
+    SEGOPS_TRACE_USE();
     int l = 0;
     int64_t j = c - 1;
     while (j >= 0) {
@@ -889,10 +933,8 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
       j = gs / K - 1;             // the group before, one level up
       ++l;
     }
-    const int64_t b = k / S, s = k - b * S;
-    const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N);
-    const int64_t count = imax(iclamp(rd(p + s + 1), base, end) - iclamp(rd(p + s), base, end), 0);
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
+    const int64_t count = imax(iclamp(ps1, base, end) - iclamp(ps, base, end), 0);
     write_result<Op>(acc, count, N, out, arg, k * F + f);
   }
 };
