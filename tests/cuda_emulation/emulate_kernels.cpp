@@ -1,12 +1,16 @@
 // Host emulation test of the CUDA kernels (no GPU needed). Not part of the library.
 //
-// Runs the real functors and drivers of segment_kernels.cuh thread by thread on the CPU, through an
-// Exec that stands in for CudaCall (workspaces filled with garbage, launches in forward, reverse or
-// shuffled thread order), and checks, for every op, dtype path (flat / vector lanes / scalar lanes,
-// aligned or not) and plan (default tuning and tiny chunks that force deep carry levels):
+// Runs the real functors and drivers of segment_kernels.cuh on the CPU, through an Exec that stands in
+// for CudaCall: workspaces and shared memory filled with garbage; per-thread kernels thread by thread in
+// forward, reverse or shuffled order; block kernels block by block, each thread a fiber run phase by
+// phase between barriers and shuffles, in forward, reverse or shuffled order inside a phase
+// (block_emulation.h, which aborts on a barrier or shuffle not every thread reaches). It checks, for
+// every op, dtype path (F == 1 block kernel / short-segment kernel / merge-path vector lanes / scalar
+// lanes, aligned or not) and plan (default tuning, tiny chunks that force deep carry levels, tiny groups
+// of the short-segment kernel on every F > 1 input):
 //   - results equal a naive sequential reference (bitwise for sum/mean/min/max/gather/backward on
 //     integer-valued data, within tolerance for logsumexp/softmax);
-//   - results are bitwise identical whatever order the threads run in (kernel threads are independent);
+//   - results are bitwise identical whatever order the threads run in;
 //   - invalid indptr never reads or writes out of bounds (built with -fsanitize=address,undefined,
 //     including alignment of the vector loads) and is reported with the CPU's first bad position;
 //   - the error messages (error_messages.h): the CPU's indptr messages, and "no kernel image" naming the
@@ -625,7 +629,50 @@ void check_messages() {
   for (const char* part : ptx_parts) EXPECT(has(ptx, part), "missing \"%s\" in: %s", part, ptx.c_str());
 }
 
+// Block kernels that break the barrier rules: the emulation must abort with the reason (test_cuda_build.py
+// runs them as separate processes). kind 0: a thread returns while the others wait at a barrier; 1: half a
+// warp skips a shuffle; 2: shared memory read after another thread's write without a barrier (a race: the
+// result depends on the order threads run in, which the emulation varies).
+struct BadBlock {
+  static constexpr int kBlock = 64;
+  struct Shared {
+    int v[kBlock];
+  };
+  int kind;
+  int* out;
+  template <class Blk> void operator()(Blk& blk, Shared& sh) const {
+    const int t = blk.thread();
+    if (kind == 0) {
+      if (t == 5) return;
+      blk.sync();
+    } else if (kind == 1) {
+      if (t % 32 < 16) out[t] = blk.shfl_up(t, 1);
+      blk.sync();
+    } else {
+      sh.v[t] = t;
+      out[t] = sh.v[(t + 1) % kBlock];  // no barrier between the write and the read
+    }
+  }
+};
+
+int run_bad_block(int kind) {
+  std::vector<int> first;
+  for (int order = 0; order < 3; ++order) {
+    HostExec ex;
+    ex.order = order;
+    std::vector<int> out(BadBlock::kBlock, -1);
+    ex.launch_blocks(BadBlock{kind, out.data()}, 2);
+    if (order == 0) first = out;
+    if (out != first) {
+      std::printf("race: the result depends on the thread order\n");
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--bad-block") == 0) return run_bad_block(std::atoi(argv[2]));
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::mt19937_64 rng(2024);
   Tuning dflt;

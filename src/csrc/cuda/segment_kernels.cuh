@@ -1,27 +1,41 @@
-// The CUDA kernels of torch_segops, written as per-thread functors plus host-side drivers.
+// The CUDA kernels of torch_segops, written as functors plus host-side drivers.
 //
-// Every kernel is a functor with `operator()(int64_t tid)` that one GPU thread runs; threads of a
-// kernel never talk to each other (no shared memory, no shuffles, no float atomics), they only
-// communicate through global memory between kernels. segment_cuda.cu launches a functor with one
-// generic __global__ template; the host emulation test (tests/cuda_emulation/emulate_kernels.cpp, built with g++)
-// runs the very same functors and drivers thread by thread on the CPU, in any order, under
-// AddressSanitizer. That is how the index arithmetic and the clamping of invalid offsets are tested
-// without a GPU.
+// Most kernels are per-thread functors with `operator()(int64_t tid)` that one GPU thread runs; their
+// threads never talk to each other. Block kernels (ReduceFlatBlock) are functors run by a whole block,
+// whose threads cooperate through shared memory, block barriers and warp shuffles, all through a `Blk`
+// object (see "cooperative (block) kernels" below). No kernel uses float atomics. segment_cuda.cu launches
+// them with two generic __global__ templates; the host emulation test (tests/cuda_emulation/
+// emulate_kernels.cpp, built with g++) runs the very same functors and drivers on the CPU under
+// AddressSanitizer/UBSan: per-thread kernels thread by thread in any order, block kernels block by block
+// with each thread a fiber, phase by phase between barriers (tests/cuda_emulation/block_emulation.h). That
+// is how the index arithmetic, the barriers and the clamping of invalid offsets are tested without a GPU.
 //
-// Reductions (segment_reduce, and the per-segment parts of softmax and its backward):
+// Reductions (segment_reduce, and the per-segment parts of softmax and its backward), three plans chosen
+// from the shapes only (plan_reduce):
+//   - short segments (F > 1 and N <= Tuning::short_avg_max * S, an average of at most 16 rows): ReduceShort,
+//     one pass. A group of G lanes (features across lanes, 16-byte vector loads) owns about 64 rows' worth
+//     of whole segments and reads their rows 8 at a time across segment borders (rows in flight per thread
+//     whatever the segment lengths); the segment offsets of the next 8 segments travel with those rows.
+//     No carries, no second pass. A huge segment among short ones is read by one group alone (correct,
+//     slow): that is the price of choosing from shapes only.
+//   - F == 1: the merge-path plan below with ReduceFlatBlock as pass 1: a block stages its chunk of 4096
+//     items (rows and segment ends) in shared memory with coalesced 16-byte loads, each thread walks 16
+//     items, and a block segmented scan (warp shuffles) joins the pieces of segments that cross threads.
+//   - otherwise (long segments on average, F > 1): the merge-path plan with ReduceMain as pass 1.
+// The merge-path plan:
+//   0. Partition: the merge-path coordinate of every chunk border (an 8-ary search).
 //   1. main: the merge path of (segment ends, rows) of every batch is cut into chunks of W items
 //      (merge_path.h), so a chunk costs the same whether it holds one piece of a huge segment or
-//      hundreds of empty ones. A group of G lanes owns a chunk and a tile of G*V features (lane j reads
-//      V contiguous features of each row with one vector load). Segments that start and end in the
-//      chunk are written directly. A segment still open at the chunk's end leaves a `carry` partial
-//      state, one that started before the chunk and ends in it a `head` state. For F == 1 one thread
-//      owns a chunk and reads its rows with aligned vector loads ("flat" path).
+//      hundreds of empty ones. ReduceMain: a group of G lanes owns a chunk and a tile of G*V features (lane
+//      j reads V contiguous features of each row with one vector load). Segments that start and end in the
+//      chunk are written directly. A segment still open at the chunk's end leaves a `carry` partial state,
+//      one that started before the chunk and ends in it a `head` state.
 //   2. levels: carries are combined in fixed groups of K consecutive chunks, level by level, in order
 //      (a group's carry = its trailing run of carries of one segment), until one level has <= K entries.
 //   3. fixup: the chunk holding a crossing segment's end merges, right to left, the carries of its run
 //      using at most K entries per level, then finalizes the segment.
-//   The plan (W, G, V, K) depends only on the shapes and dtype, never on the GPU or timing, so the
-//   order of every floating-point operation is fixed: results are bitwise identical run to run.
+//   The plan (W, G, V, K, the kernel) depends only on the shapes and dtype, never on the GPU or timing,
+//   so the order of every floating-point operation is fixed: results are bitwise identical run to run.
 // Expansions (gather, softmax, softmax backward): the same merge-path chunks over (segment ends,
 // output rows); 32 lanes per chunk write each output row once (features or rows across lanes, so
 // stores are coalesced); rows outside [indptr[0], indptr[-1]) are zero-filled in row blocks.
