@@ -430,6 +430,23 @@ SEGOPS_UNROLL
   }
 };
 
+// Thread tid = ((group * tiles) + tile) * G + lane of a kernel whose groups of G lanes own a unit of work
+// (group i of batch b, per_batch groups a batch) and a tile of ft features, V per lane from f0.
+struct LaneSlot {
+  int64_t group, tile, lane, b, i, f0;
+};
+SEGOPS_HD LaneSlot lane_slot(int64_t tid, int64_t G, int64_t tiles, int64_t per_batch, int64_t ft, int V) {
+  LaneSlot s;
+  const int64_t unit = tid / G;
+  s.lane = tid - unit * G;
+  s.group = unit / tiles;
+  s.tile = unit - s.group * tiles;
+  s.b = s.group / per_batch;
+  s.i = s.group - s.b * per_batch;
+  s.f0 = s.tile * ft + s.lane * V;
+  return s;
+}
+
 // Pass 1 (F > 1, long segments on average). Thread tid = ((chunk * tiles) + tile) * G + lane.
 template <class Op, class Load, class OutT, int V>
 struct ReduceMain : ChunkGrid {
@@ -448,12 +465,10 @@ struct ReduceMain : ChunkGrid {
 
   SEGOPS_HD void operator()(int64_t tid) const {
     val.run(tid);
-    const int64_t unit = tid / G, lane = tid - unit * G;
-    const int64_t c = unit / tiles, tile = unit - c * tiles;
-    const int64_t b = c / cpb, ci = c - b * cpb;
-    const int64_t f0 = tile * ft + lane * V;
+    const LaneSlot ls = lane_slot(tid, G, tiles, cpb, ft, V);
+    const int64_t c = ls.group, b = ls.b, ci = ls.i, f0 = ls.f0;
     if (f0 >= F) return;  // idle lane of the last tile (never the key writer: tile 0 lane 0 has f0 = 0)
-    const bool key_writer = tile == 0 && lane == 0;
+    const bool key_writer = ls.tile == 0 && ls.lane == 0;
     const int64_t* p = indptr + bmap.offset(b);
     // four independent loads, in flight together
     const int64_t p0 = rd_async(p), pS = rd_async(p + S);
@@ -530,10 +545,8 @@ template <class Op, class Load, class OutT, int V> struct ReduceShort {
 
   SEGOPS_HD void operator()(int64_t tid) const {
     val.run(tid);
-    const int64_t unit = tid / G, lane = tid - unit * G;
-    const int64_t gi_all = unit / tiles, tile = unit - gi_all * tiles;
-    const int64_t b = gi_all / gpb, gi = gi_all - b * gpb;
-    const int64_t f0 = tile * ft + lane * V;
+    const LaneSlot ls = lane_slot(tid, G, tiles, gpb, ft, V);
+    const int64_t b = ls.b, gi = ls.i, f0 = ls.f0;
     if (f0 >= F) return;  // idle lane of the last tile
     const int64_t s_begin = gi * Sg, s_stop = imin(S, s_begin + Sg);
     if (s_begin >= s_stop) return;
@@ -1305,40 +1318,32 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   part.N = g.N;
   part.coord = coord;
   ex.launch(part, n_coord);
-  auto fill_main = [&](auto& k) {
+  auto fill_chunks = [&](auto& k) {  // the fields of every pass-1 kernel of the merge-path plan
     static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
     k.coord = coord;
     k.load = load;
     k.N = g.N;
+    k.out = out;
+    k.arg = arg;
+    k.carry = carry[0];
+    k.head = head;
+    k.ckey = key[0];
+    k.hkey = hkey;
+    k.val = ec.validate(g, pl.main_threads);
+  };
+  auto fill_main = [&](auto& k) {
+    fill_chunks(k);
     k.G = pl.G;
     k.tiles = pl.tiles;
     k.ft = pl.ft;
-    k.out = out;
-    k.arg = arg;
-    k.carry = carry[0];
-    k.head = head;
-    k.ckey = key[0];
-    k.hkey = hkey;
-    k.val = ec.validate(g, pl.main_threads);
     ex.launch(k, pl.main_threads);
   };
   if (pl.flat) {
-    using K = FlatK;
-    K k{};
-    static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
-    k.coord = coord;
-    k.load = load;
-    k.items = static_cast<int>(pl.W / K::kBlock);
-    k.N = g.N;
+    FlatK k{};
+    fill_chunks(k);
+    k.items = static_cast<int>(pl.W / FlatK::kBlock);
     k.total = g.B * g.N;
     k.vec_ok = vec_ok;
-    k.out = out;
-    k.arg = arg;
-    k.carry = carry[0];
-    k.head = head;
-    k.ckey = key[0];
-    k.hkey = hkey;
-    k.val = ec.validate(g, pl.main_threads);
     ex.launch_blocks(k, pl.C);
   } else if (pl.V > 1) {
     with_kernel<ReduceMain<Op, Load, OutT, Load::kVec>>(fill_main);
