@@ -1131,7 +1131,8 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
   pl.ft = pl.G * pl.V;
   if (!pl.flat && N <= t.short_avg_max * S) {
     pl.short_segs = true;
-    pl.Sg = imax(1, ceil_div(t.short_rows * S, imax(N, 1)));
+    // (at most short_rows segments: many empty segments still spread over many groups)
+    pl.Sg = iclamp(ceil_div(t.short_rows * S, imax(N, 1)), 1, imax(1, t.short_rows));
     pl.gpb = ceil_div(S, pl.Sg);
     pl.main_threads = B * pl.gpb * pl.G * pl.tiles;
     return pl;
