@@ -867,13 +867,12 @@ constexpr int kMaxLevels = 8;
 
 // acc = carry[i] (+) ... (+) carry[j] (+) acc for the run of entries i..j (going left from j, not below lo)
 // whose key is k, merged right to left; returns the first entry left of the run (lo - 1 if it reached lo).
-// Keys and states are loaded 16 at a time (independent loads in flight together), so a run of K
-// carries costs K / 16 rounds of loads, not K; the merge order is that of the one-by-one walk.
-template <class Op>
+// Keys and states are loaded kBatch at a time (independent loads in flight together), so a run of K
+// carries costs K / kBatch rounds of loads, not K; the merge order is that of the one-by-one walk.
+template <class Op, int kBatch = 16>
 SEGOPS_HD int64_t merge_run_left(const typename Op::State* carry, const int64_t* key, int64_t j, int64_t lo,
                                  int64_t k, int64_t F, int64_t f, typename Op::State& acc) {
   using State = typename Op::State;
-  constexpr int kBatch = 16;
   while (j >= lo) {
     int64_t kk[kBatch];
     State t[kBatch];
@@ -940,22 +939,49 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
     if (tid == 0) pub.run();
     if (tid >= C * F) return;
     const int64_t c = tid / F, f = tid - c * F;
-    const int64_t k = rd(hkey + c);
+    // round 1: the head's key and state with the carries of the kPre chunks before (most crossing
+    // segments end within a few chunks), before the key says whether any of it is needed
+    constexpr int kPre = 4;
+    const int64_t k = rd_async(hkey + c);
+    State acc = rd_async(head + c * F + f);
+    int64_t kk[kPre];
+    State pre[kPre];
+SEGOPS_UNROLL
+    for (int u = 0; u < kPre; ++u) {
+      if (c - 1 - u >= 0) {
+        kk[u] = rd_async(key[0] + c - 1 - u);
+        pre[u] = rd_async(carry[0] + (c - 1 - u) * F + f);
+      }
+    }
+    SEGOPS_TRACE_USE();
     if (k < 0) return;
-    // the segment's offsets travel with its head state (one round)
+    // round 2: the segment's offsets (with the rest of the walk's first loads)
     const int64_t b = k / S, s = k - b * S;
     const int64_t* p = indptr + bmap.offset(b);
-    State acc = rd_async(head + c * F + f);
     const int64_t p0 = rd_async(p), pS = rd_async(p + S), ps = rd_async(p + s), ps1 = rd_async(p + s + 1);
-    SEGOPS_TRACE_USE();
-    int l = 0;
     int64_t j = c - 1;
-    while (j >= 0) {
+    // the preloaded carries, down to (not including) the first entry of the level-0 group, which the
+    // walk below takes (it climbs a level after it)
+    const int64_t gs0 = L <= 1 || j < 0 ? 0 : (j / K) * K;
+    bool stopped = false;
+SEGOPS_UNROLL
+    for (int u = 0; u < kPre; ++u) {
+      if (stopped || j <= gs0) break;
+      if (kk[u] != k) {
+        stopped = true;
+      } else {
+        Op::merge(pre[u], acc);
+        acc = pre[u];
+        --j;
+      }
+    }
+    int l = 0;
+    while (!stopped && j >= 0) {
       const bool top = l + 1 >= L;
       const int64_t gs = top ? 0 : (j / K) * K;
       const State* cl = carry[l];
       const int64_t* kl = key[l];
-      j = merge_run_left<Op>(cl, kl, j, gs, k, F, f, acc);
+      j = merge_run_left<Op, 8>(cl, kl, j, gs, k, F, f, acc);
       if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
       j = gs / K - 1;             // the group before, one level up
       ++l;
