@@ -1,7 +1,7 @@
 // CUDA backend of torch_segops: the 4 forward ops for the CUDA dispatch key, through the stable ABI.
 //
-// The kernels (per-thread functors) and the host drivers that plan and launch them are in
-// segment_kernels.cuh; this file holds what needs CUDA or torch: the generic __global__ launcher, the
+// The kernels (per-thread and block functors) and the host drivers that plan and launch them are in
+// segment_kernels.cuh; this file holds what needs CUDA or torch: the generic __global__ launchers, the
 // current stream, workspaces from torch's caching allocator, error reporting, and the op entry points.
 // Argument checks, the [B, N, F] view and dtype dispatch are the shared host code of csr_args.h, so
 // errors read exactly as on the CPU.
