@@ -183,7 +183,7 @@ def compile_resources(nvcc: str) -> dict:
     dem = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
     table = {}
     for mangled, d in zip(names, dem):
-        m = re.match(r"void torch_segops::cuda::run_kernel<(.*)>\((.*)\)$", d)
+        m = re.match(r"void torch_segops::cuda::run_(?:block_)?kernel<(.*)>\((.*)\)$", d)
         if m:
             table[_norm(m.group(1))] = res[mangled]
     return table
