@@ -60,9 +60,10 @@ __global__ void __launch_bounds__(kThreads) run_kernel(const K k, int64_t n) {
   if (tid < n) k(tid);
 }
 
-// Block kernels (segment_kernels.cuh): K::kBlock threads, K::Shared in static shared memory.
+// Block kernels (segment_kernels.cuh): K::kBlock threads, K::Shared in static shared memory; at least
+// K::kMinBlocks resident per SM (caps the registers: 4 x 256 threads -> 64 registers, 32 warps per SM).
 template <class K>
-__global__ void __launch_bounds__(K::kBlock) run_block_kernel(const K k) {
+__global__ void __launch_bounds__(K::kBlock, K::kMinBlocks) run_block_kernel(const K k) {
   __shared__ typename K::Shared sh;
   DeviceBlock blk;
   k(blk, sh);

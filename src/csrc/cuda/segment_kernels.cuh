@@ -684,7 +684,7 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
   using State = typename Op::State;
   using A = typename Load::A;
   using FS = FlagState<Op>;
-  static constexpr int kBlock = 256, kWarps = kBlock / 32;
+  static constexpr int kBlock = 256, kWarps = kBlock / 32, kMinBlocks = 4;
   // items per thread at most: 16 (32 KiB of shared memory) for 4-byte A, 8 for 8-byte A
   static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8, kW = kBlock * kItemsMax;
   static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
