@@ -74,7 +74,7 @@ CALIBRATION = {"lat_scale": 2.0, "round_cycles": 800, "p": 8.0, "launch_s": 0.0}
 MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
 RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
 SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
-           "src/csrc/reducers.h", "tests/cuda_emulation/trace_kernels.cpp"]
+           "src/csrc/reducers.h", "tests/cuda_emulation/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
 
 
@@ -183,7 +183,7 @@ def compile_resources(nvcc: str) -> dict:
     dem = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
     table = {}
     for mangled, d in zip(names, dem):
-        m = re.match(r"void torch_segops::cuda::run_kernel<(.*)>\((.*)\)$", d)
+        m = re.match(r"void torch_segops::cuda::run_(?:block_)?kernel<(.*)>\((.*)\)$", d)
         if m:
             table[_norm(m.group(1))] = res[mangled]
     return table

@@ -95,7 +95,10 @@ def test_gather_matches_cpu(case):
 
 @pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(REDUCES))
-@pytest.mark.parametrize("shape", [(300_000, 16, 3), (2_000_000, 1, 50_000), (20_000, 300, 7)])
+# (rows, F, segments): merge-path plan (long segments), F = 1 block kernel, wide rows, and the short-segment
+# plan (at most 16 rows per segment on average) with vector and scalar lanes
+@pytest.mark.parametrize("shape", [(300_000, 16, 3), (2_000_000, 1, 50_000), (20_000, 300, 7),
+                                   (400_000, 16, 50_000), (300_000, 3, 100_000)])
 def test_large_matches_cpu(shape, name, dtype):
     rows, feat, n_seg = shape
     g = torch.Generator().manual_seed(rows)
@@ -193,12 +196,15 @@ def test_compile_cuda(name):
     torch.testing.assert_close(compiled(src, indptr), fn(src, indptr))
 
 
+@pytest.mark.parametrize("shape", [(2_000_000, 4, 1000), (2_000_000, 1, 250_000), (400_000, 16, 50_000)],
+                         ids=["merge-path", "block-F1", "short-segments"])
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "logsumexp", "softmax"])
-def test_determinism_run_to_run(name):
+def test_determinism_run_to_run(name, shape):
+    rows, feat, n_seg = shape
     g = torch.Generator().manual_seed(4)
-    src = torch.randn(2_000_000, 4, generator=g).to(DEV)
-    cuts = torch.randint(0, 2_000_001, (999,), generator=g).sort().values
-    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([2_000_000])]).to(DEV)
+    src = torch.randn(rows, feat, generator=g).to(DEV)
+    cuts = torch.randint(0, rows + 1, (n_seg - 1,), generator=g).sort().values
+    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])]).to(DEV)
     first = REDUCES[name](src, indptr)
     first = first if isinstance(first, tuple) else (first,)
     for _ in range(3):

@@ -249,3 +249,9 @@ def test_kernels_emulated_on_host(tmp_path):
     assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
     m = re.search(r"(\d+) passed, (\d+) failed", run.stdout)
     assert m and int(m.group(1)) > 1_000_000 and m.group(2) == "0", run.stdout
+    # the block emulation rejects kernels that break the barrier rules (each would hang or race on a GPU)
+    for kind, reason in [(0, "a thread returned while others wait at a block barrier"),
+                         (1, "threads wait at different barriers"),
+                         (2, "race: the result depends on the thread order")]:
+        bad = subprocess.run([exe, "--bad-block", str(kind)], capture_output=True, text=True)
+        assert bad.returncode != 0 and reason in bad.stdout + bad.stderr, (kind, bad.stdout + bad.stderr)

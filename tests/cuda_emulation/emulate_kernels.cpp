@@ -1,12 +1,16 @@
 // Host emulation test of the CUDA kernels (no GPU needed). Not part of the library.
 //
-// Runs the real functors and drivers of segment_kernels.cuh thread by thread on the CPU, through an
-// Exec that stands in for CudaCall (workspaces filled with garbage, launches in forward, reverse or
-// shuffled thread order), and checks, for every op, dtype path (flat / vector lanes / scalar lanes,
-// aligned or not) and plan (default tuning and tiny chunks that force deep carry levels):
+// Runs the real functors and drivers of segment_kernels.cuh on the CPU, through an Exec that stands in
+// for CudaCall: workspaces and shared memory filled with garbage; per-thread kernels thread by thread in
+// forward, reverse or shuffled order; block kernels block by block, each thread a fiber run phase by
+// phase between barriers and shuffles, in forward, reverse or shuffled order inside a phase
+// (block_emulation.h, which aborts on a barrier or shuffle not every thread reaches). It checks, for
+// every op, dtype path (F == 1 block kernel / short-segment kernel / merge-path vector lanes / scalar
+// lanes, aligned or not) and plan (default tuning, tiny chunks that force deep carry levels, tiny groups
+// of the short-segment kernel on every F > 1 input):
 //   - results equal a naive sequential reference (bitwise for sum/mean/min/max/gather/backward on
 //     integer-valued data, within tolerance for logsumexp/softmax);
-//   - results are bitwise identical whatever order the threads run in (kernel threads are independent);
+//   - results are bitwise identical whatever order the threads run in;
 //   - invalid indptr never reads or writes out of bounds (built with -fsanitize=address,undefined,
 //     including alignment of the vector loads) and is reported with the CPU's first bad position;
 //   - the error messages (error_messages.h): the CPU's indptr messages, and "no kernel image" naming the
@@ -25,6 +29,7 @@
 
 #include "cuda/error_messages.h"
 #include "cuda/segment_kernels.cuh"
+#include "block_emulation.h"
 
 using namespace torch_segops;
 using namespace torch_segops::cuda;
@@ -101,6 +106,13 @@ struct HostExec {
       std::shuffle(ids.begin(), ids.end(), rng);
       for (int64_t t : ids) k(t);
     }
+  }
+  // block kernels: blocks in forward (order 0, 2) or reverse order, threads of a block as fibers in `order`
+  template <class K> void launch_blocks(const K& k, int64_t blocks) {
+    ++launches;
+    segops_emu::BlockRunner runner;
+    runner.order = order;
+    segops_emu::run_blocks(runner, k, blocks, 0xA5);
   }
   ~HostExec() {
     for (void* m : mem) std::free(m);
@@ -617,26 +629,74 @@ void check_messages() {
   for (const char* part : ptx_parts) EXPECT(has(ptx, part), "missing \"%s\" in: %s", part, ptx.c_str());
 }
 
+// Block kernels that break the barrier rules: the emulation must abort with the reason (test_cuda_build.py
+// runs them as separate processes). kind 0: a thread returns while the others wait at a barrier; 1: half a
+// warp skips a shuffle; 2: shared memory read after another thread's write without a barrier (a race: the
+// result depends on the order threads run in, which the emulation varies).
+struct BadBlock {
+  static constexpr int kBlock = 64;
+  struct Shared {
+    int v[kBlock];
+  };
+  int kind;
+  int* out;
+  template <class Blk> void operator()(Blk& blk, Shared& sh) const {
+    const int t = blk.thread();
+    if (kind == 0) {
+      if (t == 5) return;
+      blk.sync();
+    } else if (kind == 1) {
+      if (t % 32 < 16) out[t] = blk.shfl_up(t, 1);
+      blk.sync();
+    } else {
+      sh.v[t] = t;
+      out[t] = sh.v[(t + 1) % kBlock];  // no barrier between the write and the read
+    }
+  }
+};
+
+int run_bad_block(int kind) {
+  std::vector<int> first;
+  for (int order = 0; order < 3; ++order) {
+    HostExec ex;
+    ex.order = order;
+    std::vector<int> out(BadBlock::kBlock, -1);
+    ex.launch_blocks(BadBlock{kind, out.data()}, 2);
+    if (order == 0) first = out;
+    if (out != first) {
+      std::printf("race: the result depends on the thread order\n");
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--bad-block") == 0) return run_bad_block(std::atoi(argv[2]));
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::mt19937_64 rng(2024);
   Tuning dflt;
   Tuning tiny;  // tiny chunks and groups: many crossing segments, 3+ carry levels on small inputs
   tiny.reduce_w_min = tiny.reduce_w_max = 3;
-  tiny.flat_w_max = 3;
+  tiny.flat_items = 1;  // F == 1: 256-item chunks
   tiny.level_k = 2;
   tiny.expand_w_min = 3;
   tiny.expand_work_max = 4;
   tiny.max_lanes = 3;
   tiny.validate_per_thread = 3;
+  tiny.short_avg_max = 0;  // the merge-path kernels with tiny chunks, whatever the segment lengths
+  Tuning tiny_short = tiny;  // the short-segment kernel on every F > 1 input, with tiny groups
+  tiny_short.short_avg_max = int64_t(1) << 40;
+  tiny_short.short_rows = 3;
   Tuning mid;
-  mid.reduce_w_min = mid.reduce_w_max = mid.flat_w_max = 8;
+  mid.reduce_w_min = mid.reduce_w_max = 8;
+  mid.flat_items = 3;
   mid.level_k = 3;
   mid.expand_w_min = 8;
   mid.max_lanes = 16;
   mid.target_threads = 64;
-  const Tuning* tunings[] = {&dflt, &tiny, &mid};
-  const char* tuning_names[] = {"default", "tiny", "mid"};
+  const Tuning* tunings[] = {&dflt, &tiny, &mid, &tiny_short};
+  const char* tuning_names[] = {"default", "tiny", "mid", "tiny-short"};
 
   struct Shape {
     std::vector<int64_t> lead, ind_lead;
@@ -656,7 +716,7 @@ int main(int argc, char** argv) {
     for (int kind = 0; kind < 8; ++kind) {
       const Shape& sh = shapes[si];
       const Problem pb = make_problem(rng, sh.lead, sh.ind_lead, sh.N, sh.S, sh.F, kind);
-      for (int ti = 0; ti < 3; ++ti) {
+      for (int ti = 0; ti < 4; ++ti) {
         if (quick && ti == 2) continue;
         for (int mis = 0; mis < 2; ++mis) {
           if (mis == 1 && (kind % 2 == 1 || ti != 0)) continue;
@@ -706,6 +766,7 @@ int main(int argc, char** argv) {
       pb2.indptr.insert(pb2.indptr.end(), good.begin(), good.end());
       g_ctx = pb.name + " batched";
       run_all_dtypes(pb2, tiny, false, true);
+      run_all_dtypes(pb2, tiny_short, false, true);
       // gather with the same offsets (S rows of src, output size 6)
       Problem gp = pb;
       gp.N = gp.S;
@@ -727,6 +788,7 @@ int main(int argc, char** argv) {
     g_ctx = pb.name;
     run_all_ops<float>(pb, it % 2 ? tiny : dflt, false, true);
     run_all_ops<int64_t>(pb, tiny, false, true);
+    run_all_ops<BF16>(pb, tiny_short, false, true);
   }
 
   // Tags: an error word holding another call's tag is left alone.

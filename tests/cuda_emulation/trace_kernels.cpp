@@ -15,8 +15,8 @@
 //     slowest sector it needs: L1 (touched by this warp in an earlier round), L2 (touched by another
 //     sampled warp of this launch), DRAM (otherwise);
 //   - distinct sectors read and written by the sampled warps (the DRAM traffic estimate).
-// Block kernels (launch_blocks) run a block's threads phase by phase; a warp is 32 consecutive threads of
-// a block.
+// Block kernels (launch_blocks) run a block's threads phase by phase (fibers, block_emulation.h); a warp
+// is 32 consecutive threads of a block, its lanes' accesses recorded in program order.
 //
 //   trace_kernels OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]
 //   OP: sum mean max logsumexp softmax gather; DTYPE: float32 bfloat16; INDPTR_FILE: S + 1 int64 offsets
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "cuda/segment_kernels.cuh"
+#include "block_emulation.h"
 
 using namespace torch_segops;
 using namespace torch_segops::cuda;
@@ -184,27 +185,29 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
   for (size_t k = 0; k < k_max; ++k) {
     int cls[kCaps];
     std::fill(cls, cls + kCaps, -1);
+    // the round's distinct sectors: the L1 requests one sector once for all lanes of a warp's loads
+    std::vector<uint64_t> secs;
     for (int l = 0; l < 32; ++l) {
       if (k >= lr[l].size()) continue;
-      for (uint64_t s : lr[l][k].sectors) {
-        const int far = (warp_seen.count(s) || st.seen.count(s)) ? 1 : 2;
-        for (int c = 0; c < kCaps; ++c) {
-          const int x = l1[c].has(s) ? 0 : far;
-          if (x > 0) st.l1_miss[c] += 1;
-          cls[c] = std::max(cls[c], x);
-        }
-      }
+      secs.insert(secs.end(), lr[l][k].sectors.begin(), lr[l][k].sectors.end());
       st.round_bytes += lr[l][k].bytes;
+    }
+    std::sort(secs.begin(), secs.end());
+    secs.erase(std::unique(secs.begin(), secs.end()), secs.end());
+    for (uint64_t s : secs) {
+      const int far = (warp_seen.count(s) || st.seen.count(s)) ? 1 : 2;
+      for (int c = 0; c < kCaps; ++c) {
+        const int x = l1[c].has(s) ? 0 : far;
+        if (x > 0) st.l1_miss[c] += 1;
+        cls[c] = std::max(cls[c], x);
+      }
     }
     if (cls[0] < 0) continue;
     st.n_rounds += 1;
     for (int c = 0; c < kCaps; ++c) chain[c][cls[c]] += 1;
-    for (int l = 0; l < 32; ++l) {
-      if (k >= lr[l].size()) continue;
-      for (uint64_t s : lr[l][k].sectors) {
-        warp_seen.insert(s);
-        for (int c = 0; c < kCaps; ++c) l1[c].touch(s);
-      }
+    for (uint64_t s : secs) {
+      warp_seen.insert(s);
+      for (int c = 0; c < kCaps; ++c) l1[c].touch(s);
     }
   }
   for (int c = 0; c < kCaps; ++c) {
@@ -301,6 +304,38 @@ struct TraceExec {
       }
     }
     print_stats(st);
+  }
+  // Block kernels: every block runs (fibers, block_emulation.h); warp w of block b is global warp
+  // b * (kBlock / 32) + w, sampled like the warps of launch().
+  template <class K> void launch_blocks(const K& k, int64_t blocks) {
+    if (blocks <= 0) return;
+    constexpr int kWarps = (K::kBlock + 31) / 32;
+    LaunchStats st;
+    st.name = demangle(typeid(K).name());
+    st.threads = blocks * K::kBlock;
+    st.warps = blocks * kWarps;
+    const int64_t stride = stride_for(st.warps);
+    std::vector<Warp> ws(kWarps);
+    std::vector<char> rec(kWarps, 0);
+    segops_emu::BlockRunner runner;
+    runner.on_resume = [&](int t) { g_lane = rec[t / 32] ? &ws[t / 32].lanes[t % 32] : nullptr; };
+    segops_emu::run_blocks(runner, k, blocks, 0, [&](int64_t b) {
+      if (b > 0) flush_block(ws, rec, st);
+      for (int w = 0; w < kWarps; ++w) rec[w] = (b * kWarps + w) % stride == 0;
+    });
+    flush_block(ws, rec, st);
+    g_lane = nullptr;
+    print_stats(st);
+  }
+  static void flush_block(std::vector<Warp>& ws, std::vector<char>& rec, LaunchStats& st) {
+    g_lane = nullptr;
+    for (size_t w = 0; w < ws.size(); ++w) {
+      if (!rec[w]) continue;
+      analyse_warp(ws[w], st);
+      ws[w].clear();
+      ++st.sampled;
+      rec[w] = 0;
+    }
   }
   ~TraceExec() {
     for (void* m : mem) std::free(m);

@@ -1,7 +1,7 @@
 // CUDA backend of torch_segops: the 4 forward ops for the CUDA dispatch key, through the stable ABI.
 //
-// The kernels (per-thread functors) and the host drivers that plan and launch them are in
-// segment_kernels.cuh; this file holds what needs CUDA or torch: the generic __global__ launcher, the
+// The kernels (per-thread and block functors) and the host drivers that plan and launch them are in
+// segment_kernels.cuh; this file holds what needs CUDA or torch: the generic __global__ launchers, the
 // current stream, workspaces from torch's caching allocator, error reporting, and the op entry points.
 // Argument checks, the [B, N, F] view and dtype dispatch are the shared host code of csr_args.h, so
 // errors read exactly as on the CPU.
@@ -58,6 +58,15 @@ template <class K>
 __global__ void __launch_bounds__(kThreads) run_kernel(const K k, int64_t n) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (tid < n) k(tid);
+}
+
+// Block kernels (segment_kernels.cuh): K::kBlock threads, K::Shared in static shared memory; at least
+// K::kMinBlocks resident per SM (caps the registers: 4 x 256 threads -> 64 registers, 32 warps per SM).
+template <class K>
+__global__ void __launch_bounds__(K::kBlock, K::kMinBlocks) run_block_kernel(const K k) {
+  __shared__ typename K::Shared sh;
+  DeviceBlock blk;
+  k(blk, sh);
 }
 
 namespace {
@@ -214,6 +223,13 @@ class CudaCall {
     const int64_t blocks = ceil_div(n, kThreads);
     SEGOPS_CHECK(blocks <= 0x7fffffff, op_, "input too large for one CUDA launch (", n, " threads)");
     run_kernel<K><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(k, n);
+    check_cuda(cudaGetLastError(), op_, "a kernel launch");
+  }
+
+  template <class K> void launch_blocks(const K& k, int64_t blocks) {
+    if (blocks <= 0) return;
+    SEGOPS_CHECK(blocks <= 0x7fffffff, op_, "input too large for one CUDA launch (", blocks, " blocks)");
+    run_block_kernel<K><<<static_cast<unsigned>(blocks), K::kBlock, 0, stream_>>>(k);
     check_cuda(cudaGetLastError(), op_, "a kernel launch");
   }
 

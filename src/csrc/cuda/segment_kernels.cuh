@@ -1,27 +1,41 @@
-// The CUDA kernels of torch_segops, written as per-thread functors plus host-side drivers.
+// The CUDA kernels of torch_segops, written as functors plus host-side drivers.
 //
-// Every kernel is a functor with `operator()(int64_t tid)` that one GPU thread runs; threads of a
-// kernel never talk to each other (no shared memory, no shuffles, no float atomics), they only
-// communicate through global memory between kernels. segment_cuda.cu launches a functor with one
-// generic __global__ template; the host emulation test (tests/cuda_emulation/emulate_kernels.cpp, built with g++)
-// runs the very same functors and drivers thread by thread on the CPU, in any order, under
-// AddressSanitizer. That is how the index arithmetic and the clamping of invalid offsets are tested
-// without a GPU.
+// Most kernels are per-thread functors with `operator()(int64_t tid)` that one GPU thread runs; their
+// threads never talk to each other. Block kernels (ReduceFlatBlock) are functors run by a whole block,
+// whose threads cooperate through shared memory, block barriers and warp shuffles, all through a `Blk`
+// object (see "cooperative (block) kernels" below). No kernel uses float atomics. segment_cuda.cu launches
+// them with two generic __global__ templates; the host emulation test (tests/cuda_emulation/
+// emulate_kernels.cpp, built with g++) runs the very same functors and drivers on the CPU under
+// AddressSanitizer/UBSan: per-thread kernels thread by thread in any order, block kernels block by block
+// with each thread a fiber, phase by phase between barriers (tests/cuda_emulation/block_emulation.h). That
+// is how the index arithmetic, the barriers and the clamping of invalid offsets are tested without a GPU.
 //
-// Reductions (segment_reduce, and the per-segment parts of softmax and its backward):
+// Reductions (segment_reduce, and the per-segment parts of softmax and its backward), three plans chosen
+// from the shapes only (plan_reduce):
+//   - short segments (F > 1 and N <= Tuning::short_avg_max * S, an average of at most 16 rows): ReduceShort,
+//     one pass. A group of G lanes (features across lanes, 16-byte vector loads) owns about 64 rows' worth
+//     of whole segments and reads their rows 8 at a time across segment borders (rows in flight per thread
+//     whatever the segment lengths); the segment offsets of the next 8 segments travel with those rows.
+//     No carries, no second pass. A huge segment among short ones is read by one group alone (correct,
+//     slow): that is the price of choosing from shapes only.
+//   - F == 1: the merge-path plan below with ReduceFlatBlock as pass 1: a block stages its chunk of 4096
+//     items (rows and segment ends) in shared memory with coalesced 16-byte loads, each thread walks 16
+//     items, and a block segmented scan (warp shuffles) joins the pieces of segments that cross threads.
+//   - otherwise (long segments on average, F > 1): the merge-path plan with ReduceMain as pass 1.
+// The merge-path plan:
+//   0. Partition: the merge-path coordinate of every chunk border (an 8-ary search).
 //   1. main: the merge path of (segment ends, rows) of every batch is cut into chunks of W items
 //      (merge_path.h), so a chunk costs the same whether it holds one piece of a huge segment or
-//      hundreds of empty ones. A group of G lanes owns a chunk and a tile of G*V features (lane j reads
-//      V contiguous features of each row with one vector load). Segments that start and end in the
-//      chunk are written directly. A segment still open at the chunk's end leaves a `carry` partial
-//      state, one that started before the chunk and ends in it a `head` state. For F == 1 one thread
-//      owns a chunk and reads its rows with aligned vector loads ("flat" path).
+//      hundreds of empty ones. ReduceMain: a group of G lanes owns a chunk and a tile of G*V features (lane
+//      j reads V contiguous features of each row with one vector load). Segments that start and end in the
+//      chunk are written directly. A segment still open at the chunk's end leaves a `carry` partial state,
+//      one that started before the chunk and ends in it a `head` state.
 //   2. levels: carries are combined in fixed groups of K consecutive chunks, level by level, in order
 //      (a group's carry = its trailing run of carries of one segment), until one level has <= K entries.
 //   3. fixup: the chunk holding a crossing segment's end merges, right to left, the carries of its run
 //      using at most K entries per level, then finalizes the segment.
-//   The plan (W, G, V, K) depends only on the shapes and dtype, never on the GPU or timing, so the
-//   order of every floating-point operation is fixed: results are bitwise identical run to run.
+//   The plan (W, G, V, K, the kernel) depends only on the shapes and dtype, never on the GPU or timing,
+//   so the order of every floating-point operation is fixed: results are bitwise identical run to run.
 // Expansions (gather, softmax, softmax backward): the same merge-path chunks over (segment ends,
 // output rows); 32 lanes per chunk write each output row once (features or rows across lanes, so
 // stores are coalesced); rows outside [indptr[0], indptr[-1]) are zero-filled in row blocks.
@@ -300,38 +314,6 @@ template <class Load, int V> struct LaneFetch {
   SEGOPS_HD int64_t e(int64_t row) const { return row_elem0 + row * F; }
 };
 
-// F == 1: one thread reads consecutive rows, VR at a time with an aligned vector load (kept in registers).
-template <class Load, int VR> struct FlatFetch {
-  using A = typename Load::A;
-  Load load;
-  int64_t elem0;  // b * N
-  int64_t total;  // elements of the whole input (vector loads never pass its end)
-  bool vec_ok;    // the input pointers are aligned for VR-wide loads
-  int64_t cached = -1;
-  A buf[VR] = {};
-  SEGOPS_HD void operator()(int64_t row, A (&x)[1]) {
-    const int64_t e = elem0 + row;
-    if (VR == 1 || !vec_ok) {
-      load.template load<1>(e, x);
-      return;
-    }
-    const int64_t q = e / VR;
-    if (q != cached) {
-      if ((q + 1) * VR > total) {
-        load.template load<1>(e, x);
-        return;
-      }
-      load.template load<VR>(q * VR, buf);
-      cached = q;
-    }
-    const int j = static_cast<int>(e - q * VR);
-    A r = buf[0];
-SEGOPS_UNROLL
-    for (int jj = 1; jj < VR; ++jj) r = jj == j ? buf[jj] : r;  // no dynamic register indexing
-    x[0] = r;
-  }
-};
-
 // Folds rows [row0, row0 + count) into st[V]; positions are absolute rows along dim.
 template <class Op, int V, class Fetch>
 SEGOPS_HD void reduce_rows(typename Op::State (&st)[V], Fetch& fetch, int64_t row0, int64_t count) {
@@ -341,7 +323,7 @@ SEGOPS_UNROLL
   int64_t r = 0;
   // Rows loaded before they are folded in: independent loads in flight per thread (the memory model,
   // benchmarks/gpu_model.py: a thread's rounds of loads, not its bytes, set the time of short segments).
-  // Wide vectors move 16 bytes per load; the flat path (V = 1, F == 1) loads 16 bytes per kVec rows.
+  // Wide vectors move 16 bytes per load.
   constexpr int kU = V >= 4 ? 4 : 8;
   for (; r + kU <= count; r += kU) {
     A x[kU][V];
@@ -405,14 +387,68 @@ struct Partition : ChunkGrid {
   SEGOPS_HD void operator()(int64_t tid) const {
     const int64_t b = tid / (cpb + 1), ci = tid - b * (cpb + 1);
     const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N), nnz = end - base;
-    wr(coord + tid, merge_path_search(p, S, nnz, imin(ci * W, S + nnz)));
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
+    wr(coord + tid, search(p, p0, nnz, imin(ci * W, S + nnz)));
+  }
+
+  // merge_path_search (the same split for a valid indptr; inside the diagonal's bounds for any indptr), as
+  // an 8-ary search: each round loads 7 probes together, so a search over S segments takes log8(S) rounds
+  // of dependent loads instead of log2(S).
+  SEGOPS_HD MergeCoord search(const int64_t* p, int64_t base, int64_t nnz, int64_t diag) const {
+    constexpr int kWays = 8;
+    int64_t lo = imax(diag - nnz, 0), hi = imin(diag, S);  // the answer lies in [lo, hi]
+    while (lo < hi) {
+      const int64_t step = ceil_div(hi - lo, kWays);
+      int64_t v[kWays - 1];
+SEGOPS_UNROLL
+      for (int k = 0; k < kWays - 1; ++k) {
+        const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
+        v[k] = rd_async(p + mid + 1);
+      }
+      SEGOPS_TRACE_USE();
+      // the first probe where "segment end mid comes before row diag - mid" fails bounds the answer
+      int64_t nlo = lo, nhi = hi;
+      bool found = false;
+SEGOPS_UNROLL
+      for (int k = 0; k < kWays - 1; ++k) {
+        const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
+        if (!found) {
+          if (v[k] - base <= diag - mid - 1) {
+            nlo = mid + 1;
+          } else {
+            nhi = mid;
+            found = true;
+          }
+        }
+      }
+      lo = nlo;  // the range shrinks to at most ceil((hi - lo) / kWays) - 1 + 1 candidates every round
+      hi = nhi;
+    }
+    return {lo, diag - lo};
   }
 };
 
-// Pass 1. Thread tid = ((chunk * tiles) + tile) * G + lane. kFlat: F == 1, G = tiles = 1, V = 1, rows
-// read VR at a time.
-template <class Op, class Load, class OutT, int V, bool kFlat, int VR = 1>
+// Thread tid = ((group * tiles) + tile) * G + lane of a kernel whose groups of G lanes own a unit of work
+// (group i of batch b, per_batch groups a batch) and a tile of ft features, V per lane from f0.
+struct LaneSlot {
+  int64_t group, tile, lane, b, i, f0;
+};
+SEGOPS_HD LaneSlot lane_slot(int64_t tid, int64_t G, int64_t tiles, int64_t per_batch, int64_t ft, int V) {
+  LaneSlot s;
+  const int64_t unit = tid / G;
+  s.lane = tid - unit * G;
+  s.group = unit / tiles;
+  s.tile = unit - s.group * tiles;
+  s.b = s.group / per_batch;
+  s.i = s.group - s.b * per_batch;
+  s.f0 = s.tile * ft + s.lane * V;
+  return s;
+}
+
+// Pass 1 (F > 1, long segments on average). Thread tid = ((chunk * tiles) + tile) * G + lane.
+template <class Op, class Load, class OutT, int V>
 struct ReduceMain : ChunkGrid {
   using State = typename Op::State;
   Load load;
@@ -425,18 +461,14 @@ struct ReduceMain : ChunkGrid {
   int64_t* ckey;   // [C]: global segment (b * S + s) of carry[c], -1 if none
   int64_t* hkey;   // [C]
   const MergeCoord* coord;  // [B, cpb + 1] (Partition)
-  int64_t total;   // B * N * F (flat path bound)
-  bool vec_ok;     // flat path: aligned for VR-wide loads
   Validate val;
 
   SEGOPS_HD void operator()(int64_t tid) const {
     val.run(tid);
-    const int64_t unit = tid / G, lane = tid - unit * G;
-    const int64_t c = unit / tiles, tile = unit - c * tiles;
-    const int64_t b = c / cpb, ci = c - b * cpb;
-    const int64_t f0 = tile * ft + lane * V;
+    const LaneSlot ls = lane_slot(tid, G, tiles, cpb, ft, V);
+    const int64_t c = ls.group, b = ls.b, ci = ls.i, f0 = ls.f0;
     if (f0 >= F) return;  // idle lane of the last tile (never the key writer: tile 0 lane 0 has f0 = 0)
-    const bool key_writer = tile == 0 && lane == 0;
+    const bool key_writer = ls.tile == 0 && ls.lane == 0;
     const int64_t* p = indptr + bmap.offset(b);
     // four independent loads, in flight together
     const int64_t p0 = rd_async(p), pS = rd_async(p + S);
@@ -446,13 +478,8 @@ struct ReduceMain : ChunkGrid {
     const int64_t d0 = ci * W;
     int64_t ck = -1, hk = -1;
     if (d0 < S + nnz) {
-      if constexpr (kFlat) {
-        FlatFetch<Load, VR> fetch{load, b * N, total, vec_ok};
-        walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
-      } else {
-        LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
-        walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
-      }
+      LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
+      walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
     }
     if (key_writer) {
       wr(ckey + c, ck);
@@ -494,7 +521,379 @@ struct ReduceMain : ChunkGrid {
   }
 };
 
+// Pass 1 of the short-segment plan (average segment length <= Tuning::short_avg_max, F > 1): no chunks,
+// no carries. Thread tid = ((group * tiles) + tile) * G + lane; group gi of batch b owns the segments
+// [gi * Sg, (gi + 1) * Sg) whole, in batches of kSegBatch. A batch's offsets are loaded together with the
+// rows of the batch before (one round), and its rows are read kU at a time across segment borders (the
+// loads of a round are independent of where segments end), so a run of 8-row segments costs a round per
+// kU rows and nothing per segment. Offsets are clamped to a non-decreasing sequence inside [base, end].
+template <class Op, class Load, class OutT, int V> struct ReduceShort {
+  using State = typename Op::State;
+  using A = typename Load::A;
+  static constexpr int kSegBatch = 8;
+  static constexpr int kU = V >= 8 ? 4 : 8;  // rows in flight per thread (16-byte loads: 64-128 B per lane)
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t S, F;
+  int64_t Sg, gpb;       // segments per group, groups per batch
+  int64_t G, tiles, ft;  // lanes, tiles, features per tile
+  Load load;
+  int64_t N;
+  OutT* out;
+  int64_t* arg;
+  Validate val;
+
+  SEGOPS_HD void operator()(int64_t tid) const {
+    val.run(tid);
+    const LaneSlot ls = lane_slot(tid, G, tiles, gpb, ft, V);
+    const int64_t b = ls.b, gi = ls.i, f0 = ls.f0;
+    if (f0 >= F) return;  // idle lane of the last tile
+    const int64_t s_begin = gi * Sg, s_stop = imin(S, s_begin + Sg);
+    if (s_begin >= s_stop) return;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    int64_t nxt[kSegBatch + 1];
+    load_ends(p, s_begin, s_stop, nxt);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
+    const LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
+    int64_t lo = iclamp(nxt[0], base, end);  // clamped start of the current batch
+    for (int64_t s0 = s_begin; s0 < s_stop; s0 += kSegBatch) {
+      const int nseg = static_cast<int>(imin(kSegBatch, s_stop - s0));
+      int64_t e[kSegBatch + 1];  // clamped, non-decreasing ends of the batch's segments (e[0] = start)
+      e[0] = lo;
+SEGOPS_UNROLL
+      for (int k = 1; k <= kSegBatch; ++k) e[k] = k <= nseg ? iclamp(nxt[k], e[k - 1], end) : e[k - 1];
+      lo = e[nseg];
+      // the next batch's offsets travel with this batch's first rows
+      if (s0 + kSegBatch < s_stop) load_ends(p, s0 + kSegBatch, s_stop, nxt);
+      int k = 0;                           // current segment of the batch
+      int64_t e_k = e[0], hi = e[1];       // its clamped start and end
+      State st[V];
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) st[v] = Op::identity();
+      for (int64_t r = e[0]; r < e[nseg]; r += kU) {
+        const int64_t n = imin(kU, e[nseg] - r);
+        A x[kU][V];
+SEGOPS_UNROLL
+        for (int u = 0; u < kU; ++u) {
+          if (u < n) fetch(r + u, x[u]);
+        }
+        SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+        for (int u = 0; u < kU; ++u) {
+          if (u >= n) break;
+          const int64_t row = r + u;
+          while (row >= hi) {  // k < nseg - 1 here: row < e[nseg]
+            flush(st, b, s0 + k, hi - e_k, f0);
+            ++k;
+            e_k = hi;
+            hi = pick(e, k + 1);
+          }
+SEGOPS_UNROLL
+          for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row);
+        }
+      }
+      SEGOPS_TRACE_USE();  // (the prefetched offsets, when the batch had no rows)
+      for (; k < nseg; ++k) {
+        flush(st, b, s0 + k, hi - e_k, f0);
+        e_k = hi;
+        hi = pick(e, k + 2);
+      }
+    }
+  }
+
+  // e[i] without dynamic register indexing (i <= kSegBatch; larger i: e[kSegBatch])
+  SEGOPS_HD static int64_t pick(const int64_t (&e)[kSegBatch + 1], int i) {
+    int64_t r = e[0];
+SEGOPS_UNROLL
+    for (int j = 1; j <= kSegBatch; ++j) r = j == i ? e[j] : r;
+    return i > kSegBatch ? e[kSegBatch] : r;
+  }
+
+  // o[k] = p[min(s + k, s_stop)], k = 0..kSegBatch: independent loads, in flight together.
+  SEGOPS_HD void load_ends(const int64_t* p, int64_t s, int64_t s_stop, int64_t (&o)[kSegBatch + 1]) const {
+SEGOPS_UNROLL
+    for (int k = 0; k <= kSegBatch; ++k) o[k] = rd_async(p + imin(s + k, s_stop));
+  }
+
+  SEGOPS_HD void flush(State (&st)[V], int64_t b, int64_t s, int64_t count, int64_t f0) const {
+    write_results<Op, V>(st, count, N, out, arg, (b * S + s) * F + f0);
+SEGOPS_UNROLL
+    for (int v = 0; v < V; ++v) st[v] = Op::identity();
+  }
+};
+
+// ---- cooperative (block) kernels ----------------------------------------------------------------------------
+//
+// A block kernel has `Shared` (its shared memory), kBlock threads per block and
+// `template <class Blk> operator()(Blk& blk, Shared& sh)`, run by every thread of block blk.block().
+// Threads talk only through Blk: sync() (a barrier of the whole block, __syncthreads) and shfl_up(v, d)
+// (lane l gets lane l - d's v, its own for l < d; __shfl_up_sync over the full warp), and through `sh`
+// between barriers. Every thread of a block must reach the same barriers (no thread returns early while
+// others wait) and every lane of a warp the same shuffles. segment_cuda.cu runs them with DeviceBlock; the
+// host emulation (tests/cuda_emulation/block_emulation.h) runs each thread of a block as a fiber, phase by
+// phase between barriers, in forward, reverse or shuffled order, and fails on a barrier or shuffle that
+// not every thread reaches.
+#if defined(__CUDACC__)
+struct DeviceBlock {
+  __device__ int thread() const { return static_cast<int>(threadIdx.x); }
+  __device__ int64_t block() const { return static_cast<int64_t>(blockIdx.x); }
+  __device__ void sync() const { __syncthreads(); }
+  template <class X> __device__ X shfl_up(const X& v, int d) const {
+    static_assert(sizeof(X) % 4 == 0, "shuffled types are whole 32-bit words");
+    constexpr int kWords = static_cast<int>(sizeof(X) / 4);
+    uint32_t w[kWords];
+    memcpy(w, &v, sizeof(X));
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = __shfl_up_sync(0xffffffffu, w[i], d);
+    X r;
+    memcpy(&r, w, sizeof(X));
+    return r;
+  }
+};
+#endif
+
+// A reduction state with a flag: "a segment starts in this range" (its left part is complete). The
+// segmented-scan operator: (f1, a) then (f2, b) = (f1 | f2, f2 ? b : a (+) b); associative, so any fixed
+// tree of it gives the same result as the serial fold up to the rounding of the fixed tree.
+template <class Op> struct FlagState {
+  typename Op::State st;
+  int32_t flag;
+  int32_t pad;
+};
+
+template <class Op> SEGOPS_HD FlagState<Op> seg_combine(const FlagState<Op>& a, const FlagState<Op>& b) {
+  if (b.flag) return b;
+  FlagState<Op> r = a;
+  Op::merge(r.st, b.st);
+  return r;
+}
+
+// Pass 1 of the flat plan (F == 1) as a block kernel. Block c owns merge-path chunk c (W = kBlock * items
+// items of (segment ends, rows)), whose coordinates Partition found. 1. The block loads the chunk's rows
+// into shared memory coalesced (consecutive threads, consecutive aligned 16-byte vectors, all of a
+// thread's loads in flight together) and its segment ends (clamped offsets, coalesced). 2. Each thread
+// walks kItems merge items of the tile in shared memory (a merge-path search there finds its start),
+// writing the segments that start and end inside its range and keeping the partial of its first segment
+// and of its last (open) one. 3. A block-wide segmented scan (warp shuffles, then the 8 warp totals through
+// shared memory) gives every thread the part of its first segment held by the threads before it. 4. The
+// first segments are written; the chunk's head (a segment that started in an earlier chunk) and carry (one
+// still open at its end) go to the carry workspace exactly like ReduceMain's, for LevelCarry and Fixup.
+template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
+  using State = typename Op::State;
+  using A = typename Load::A;
+  using FS = FlagState<Op>;
+  static constexpr int kBlock = 256, kWarps = kBlock / 32, kMinBlocks = 4;
+  // items per thread at most: 16 (32 KiB of shared memory) for 4-byte A, 8 for 8-byte A
+  static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8, kW = kBlock * kItemsMax;
+  static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
+  struct Shared {
+    A x[kW];                // the chunk's rows
+    int32_t e[kW + 1];      // e[i], 1 <= i <= ns: end of segment m0.seg + i - 1, in tile rows (clamped)
+    int64_t start0;         // clamped start (absolute row) of segment m0.seg
+    FS warp_total[kWarps];  // the inclusive scan at each warp's last lane
+  };
+  Load load;
+  int items;      // merge items per thread (W = kBlock * items <= kW)
+  int64_t N;
+  int64_t total;  // B * N (vector loads never pass it)
+  bool vec_ok;    // the input pointers are aligned for 16-byte loads
+  OutT* out;
+  int64_t* arg;
+  State* carry;    // [C]
+  State* head;     // [C]
+  int64_t* ckey;   // [C]
+  int64_t* hkey;   // [C]
+  const MergeCoord* coord;  // [B, cpb + 1]
+  Validate val;
+
+  template <class Blk> SEGOPS_HD void operator()(Blk& blk, Shared& sh) const {
+    const int t = blk.thread();
+    const int64_t c = blk.block();
+    val.run(c * kBlock + t);
+    const int64_t b = c / cpb, ci = c - b * cpb;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    const MergeCoord m0 = rd_async(coord + b * (cpb + 1) + ci), m1 = rd_async(coord + b * (cpb + 1) + ci + 1);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
+    if (ci * W >= S + nnz) {  // the whole block: nothing in this chunk
+      if (t == 0) {
+        wr(ckey + c, int64_t(-1));
+        wr(hkey + c, int64_t(-1));
+      }
+      return;
+    }
+    // the tile: rows [r0, r0 + nr) (relative to base), segment ends m0.seg .. m0.seg + ns - 1
+    const int64_t r0 = iclamp(m0.row, 0, nnz);
+    const int nr = static_cast<int>(iclamp(m1.row - r0, 0, imin(W, nnz - r0)));
+    const int64_t sg0 = iclamp(m0.seg, 0, S);
+    const int ns = static_cast<int>(iclamp(m1.seg - sg0, 0, imin(W - nr, S - sg0)));
+    stage(blk, sh, p, b, base, end, r0, nr, sg0, ns);
+    blk.sync();
+
+    // 2. this thread's items [d, d1) of the tile's ns + nr
+    const int nt = ns + nr;
+    const int d = static_cast<int>(imin(int64_t(t) * items, nt)), d1 = static_cast<int>(imin(d + items, nt));
+    int seg = search(sh, ns, nr, d), row = d - seg;
+    FS first{Op::identity(), 0, 0};  // the partial of this thread's first segment, before its end
+    int first_seg = -1;              // its index in the tile if it ends here (-1: no end in this range)
+    State st = Op::identity();
+    for (int i = d; i < d1; ++i) {
+      const bool is_end = seg < ns && (row >= nr || sh.e[seg + 1] <= row);
+      if (is_end) {
+        if (first_seg < 0) {
+          first.st = st;
+          first_seg = seg;
+        } else {
+          write_segment(sh, st, b, sg0, seg, base + r0);
+        }
+        st = Op::identity();
+        ++seg;
+      } else {
+        Op::step(st, sh.x[row], base + r0 + row);
+        ++row;
+      }
+    }
+    // 3. inclusive segmented scan of the threads' trailing partials: flag = the thread ended a segment
+    FS mine{st, first_seg >= 0 ? 1 : 0, 0};
+    FS incl = mine;
+    const int lane = t & 31, warp = t >> 5;
+SEGOPS_UNROLL
+    for (int k = 1; k < 32; k *= 2) {
+      const FS up = blk.shfl_up(incl, k);
+      if (lane >= k) incl = seg_combine<Op>(up, incl);
+    }
+    if (lane == 31) sh.warp_total[warp] = incl;
+    const FS before_in_warp = blk.shfl_up(incl, 1);  // exclusive, inside the warp (lane 0: unused)
+    blk.sync();
+    FS excl{Op::identity(), 0, 0};  // everything before this thread in the block
+    for (int w = 0; w < warp; ++w) excl = seg_combine<Op>(excl, sh.warp_total[w]);
+    if (lane > 0) excl = seg_combine<Op>(excl, before_in_warp);
+    // 4. the first segment: the threads before this one hold its beginning
+    if (first_seg >= 0) {
+      State whole = excl.st;
+      Op::merge(whole, first.st);
+      if (first_seg == 0 && sh.start0 - base < r0) {  // started in an earlier chunk: the chunk's head
+        wr(head + c, whole);
+      } else {
+        write_segment(sh, whole, b, sg0, first_seg, base + r0);
+      }
+    }
+    if (t == kBlock - 1) {  // the segment open at the chunk's end (rows of it in the tile): the carry
+      const FS all = seg_combine<Op>(excl, mine);
+      const bool open = sg0 + ns < S && nr > 0 && (ns == 0 || sh.e[ns] < nr);
+      if (open) wr(carry + c, all.st);
+      wr(ckey + c, open ? b * S + sg0 + ns : int64_t(-1));
+      wr(hkey + c, ns > 0 && sh.start0 - base < r0 ? b * S + sg0 : int64_t(-1));
+    }
+  }
+
+  // Rows (as A) and clamped offsets of the tile into shared memory; a thread's loads are in flight together.
+  template <class Blk>
+  SEGOPS_HD void stage(Blk& blk, Shared& sh, const int64_t* p, int64_t b, int64_t base, int64_t end, int64_t r0,
+                       int nr, int64_t sg0, int ns) const {
+    const int t = blk.thread();
+    constexpr int kPer = (kW + kVR - 1) / kVR / kBlock + 1;  // vectors per thread (covers a misaligned tile)
+    constexpr int kOff = (kW + 1 + kBlock - 1) / kBlock;     // offsets per thread
+    const int64_t e0 = b * N + base + r0, e1 = e0 + nr;       // the tile's elements
+    const int64_t q0 = e0 / kVR;                              // first aligned vector
+    A v[kPer][kVR];
+    int64_t o[kOff];
+SEGOPS_UNROLL
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t q = q0 + t + int64_t(j) * kBlock;
+      if (q * kVR < e1) {
+        if (vec_ok && (q + 1) * kVR <= total) {
+          load.template load<kVR>(q * kVR, v[j]);
+        } else {
+SEGOPS_UNROLL
+          for (int i = 0; i < kVR; ++i) {
+            const int64_t e = q * kVR + i;
+            A one[1] = {A(0)};
+            if (e >= e0 && e < e1) load.template load<1>(e, one);
+            v[j][i] = one[0];
+          }
+        }
+      }
+    }
+SEGOPS_UNROLL
+    for (int j = 0; j < kOff; ++j) {
+      const int i = t + j * kBlock;
+      if (i <= ns) o[j] = rd_async(p + sg0 + i);
+    }
+    SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t q = q0 + t + int64_t(j) * kBlock;
+SEGOPS_UNROLL
+      for (int i = 0; i < kVR; ++i) {
+        const int64_t e = q * kVR + i;
+        if (e >= e0 && e < e1) sh.x[e - e0] = v[j][i];
+      }
+    }
+SEGOPS_UNROLL
+    for (int j = 0; j < kOff; ++j) {
+      const int i = t + j * kBlock;
+      if (i == 0) sh.start0 = iclamp(o[j], base, end);
+      if (i > 0 && i <= ns) sh.e[i] = static_cast<int32_t>(iclamp(iclamp(o[j], base, end) - base - r0, 0, nr));
+    }
+  }
+
+  // The segment ends before merge-path diagonal d of the tile (the rest of the d items are rows).
+  SEGOPS_HD static int search(const Shared& sh, int ns, int nr, int d) {
+    int lo = static_cast<int>(imax(0, d - nr)), hi = static_cast<int>(imin(d, ns));
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (sh.e[mid + 1] <= d - mid - 1) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+
+  // row0: absolute row of tile row 0
+  SEGOPS_HD void write_segment(const Shared& sh, const State& st, int64_t b, int64_t sg0, int seg,
+                               int64_t row0) const {
+    const int64_t count = imax(seg == 0 ? sh.e[1] + row0 - sh.start0 : sh.e[seg + 1] - sh.e[seg], 0);
+    write_result<Op>(st, count, N, out, arg, b * S + sg0 + seg);
+  }
+};
+
 constexpr int kMaxLevels = 8;
+
+// acc = carry[i] (+) ... (+) carry[j] (+) acc for the run of entries i..j (going left from j, not below lo)
+// whose key is k, merged right to left; returns the first entry left of the run (lo - 1 if it reached lo).
+// Keys and states are loaded kBatch at a time (independent loads in flight together), so a run of K
+// carries costs K / kBatch rounds of loads, not K; the merge order is that of the one-by-one walk.
+template <class Op, int kBatch = 16>
+SEGOPS_HD int64_t merge_run_left(const typename Op::State* carry, const int64_t* key, int64_t j, int64_t lo,
+                                 int64_t k, int64_t F, int64_t f, typename Op::State& acc) {
+  using State = typename Op::State;
+  while (j >= lo) {
+    int64_t kk[kBatch];
+    State t[kBatch];
+SEGOPS_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      if (j - u >= lo) {
+        kk[u] = rd_async(key + j - u);
+        t[u] = rd_async(carry + (j - u) * F + f);
+      }
+    }
+    SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      if (j < lo || kk[u] != k) return j;
+      Op::merge(t[u], acc);
+      acc = t[u];
+      --j;
+    }
+  }
+  return j;
+}
 
 // Pass 2 (one launch per level): entry g of level l+1 = the trailing run of level-l carries of group g
 // (entries [g*K, min((g+1)*K, n_in))) that share the key of the group's last entry, merged in order.
@@ -510,15 +909,12 @@ template <class Op> struct LevelCarry {
     const int64_t g = tid / F, f = tid - g * F;
     if (g >= n_out) return;
     const int64_t last = imin((g + 1) * K, n_in) - 1;
-    const int64_t k = rd(key_in + last);
+    const int64_t k = rd_async(key_in + last);
+    State acc = rd_async(carry_in + last * F + f);  // (read before the key says whether it is needed)
+    SEGOPS_TRACE_USE();
     if (f == 0) wr(key_out + g, k);
     if (k < 0) return;
-    State acc = rd(carry_in + last * F + f);
-    for (int64_t j = last - 1; j >= g * K && rd(key_in + j) == k; --j) {
-      State t = rd(carry_in + j * F + f);
-      Op::merge(t, acc);
-      acc = t;
-    }
+    merge_run_left<Op>(carry_in, key_in, last - 1, g * K, k, F, f, acc);
     wr(carry_out + g * F + f, acc);
   }
 };
@@ -543,30 +939,55 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
     if (tid == 0) pub.run();
     if (tid >= C * F) return;
     const int64_t c = tid / F, f = tid - c * F;
-    const int64_t k = rd(hkey + c);
+    // round 1: the head's key and state with the carries of the kPre chunks before (most crossing
+    // segments end within a few chunks), before the key says whether any of it is needed
+    constexpr int kPre = 4;
+    const int64_t k = rd_async(hkey + c);
+    State acc = rd_async(head + c * F + f);
+    int64_t kk[kPre];
+    State pre[kPre];
+SEGOPS_UNROLL
+    for (int u = 0; u < kPre; ++u) {
+      if (c - 1 - u >= 0) {
+        kk[u] = rd_async(key[0] + c - 1 - u);
+        pre[u] = rd_async(carry[0] + (c - 1 - u) * F + f);
+      }
+    }
+    SEGOPS_TRACE_USE();
     if (k < 0) return;
-    State acc = rd(head + c * F + f);
-    int l = 0;
+    // round 2: the segment's offsets (with the rest of the walk's first loads)
+    const int64_t b = k / S, s = k - b * S;
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S), ps = rd_async(p + s), ps1 = rd_async(p + s + 1);
     int64_t j = c - 1;
-    while (j >= 0) {
+    // the preloaded carries, down to (not including) the first entry of the level-0 group, which the
+    // walk below takes (it climbs a level after it)
+    const int64_t gs0 = L <= 1 || j < 0 ? 0 : (j / K) * K;
+    bool stopped = false;
+SEGOPS_UNROLL
+    for (int u = 0; u < kPre; ++u) {
+      if (stopped || j <= gs0) break;
+      if (kk[u] != k) {
+        stopped = true;
+      } else {
+        Op::merge(pre[u], acc);
+        acc = pre[u];
+        --j;
+      }
+    }
+    int l = 0;
+    while (!stopped && j >= 0) {
       const bool top = l + 1 >= L;
       const int64_t gs = top ? 0 : (j / K) * K;
       const State* cl = carry[l];
       const int64_t* kl = key[l];
-      while (j >= gs && rd(kl + j) == k) {
-        State t = rd(cl + j * F + f);
-        Op::merge(t, acc);
-        acc = t;
-        --j;
-      }
+      j = merge_run_left<Op, 8>(cl, kl, j, gs, k, F, f, acc);
       if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
       j = gs / K - 1;             // the group before, one level up
       ++l;
     }
-    const int64_t b = k / S, s = k - b * S;
-    const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(rd(p), 0, N), end = iclamp(rd(p + S), base, N);
-    const int64_t count = imax(iclamp(rd(p + s + 1), base, end) - iclamp(rd(p + s), base, end), 0);
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
+    const int64_t count = imax(iclamp(ps1, base, end) - iclamp(ps, base, end), 0);
     write_result<Op>(acc, count, N, out, arg, k * F + f);
   }
 };
@@ -702,15 +1123,21 @@ template <class Fn, int V> struct Expand : ChunkGrid {
 // Tunables. The plan depends only on shapes and dtype (never on the GPU), so results are reproducible.
 struct Tuning {
   int64_t target_threads = int64_t(1) << 19;  // grow chunks until a launch has at most this many threads
-  int64_t reduce_w_min = 32, reduce_w_max = 256, flat_w_max = 1024;
+  int64_t reduce_w_min = 32, reduce_w_max = 256;
+  int flat_items = 16;  // F == 1 (ReduceFlatBlock): merge items per thread (at most its kItemsMax)
   int64_t expand_w_min = 32, expand_work_max = 8192;  // expand: W * nfv <= this
   int64_t level_k = 64;                               // carries merged per group and level
   int64_t max_lanes = 64;                             // lanes sharing one reduction chunk
   int64_t validate_per_thread = 16;                   // offsets per thread of a standalone validation
+  // Short-segment plan (ReduceShort): F > 1 and N <= short_avg_max * S (an average segment of at most that
+  // many rows); a group of lanes then owns about short_rows rows' worth of whole segments.
+  int64_t short_avg_max = 16, short_rows = 64;
 };
 
 struct ReducePlan {
   bool flat = false;
+  bool short_segs = false;  // ReduceShort: groups own whole segments (Sg per group, gpb groups per batch)
+  int64_t Sg = 0, gpb = 0;
   int V = 1;
   int64_t G = 1, tiles = 1, ft = 1, W = 1, cpb = 0, C = 0, main_threads = 0;
   int L = 1;
@@ -728,12 +1155,23 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
   pl.G = pl.flat ? 1 : imin(nfv, t.max_lanes);
   pl.tiles = ceil_div(nfv, pl.G);
   pl.ft = pl.G * pl.V;
-  const int64_t w_max = pl.flat ? t.flat_w_max : t.reduce_w_max;
-  pl.W = t.reduce_w_min;
-  while (pl.W < w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.target_threads) pl.W *= 2;
+  if (!pl.flat && N <= t.short_avg_max * S) {
+    pl.short_segs = true;
+    // (at most short_rows segments: many empty segments still spread over many groups)
+    pl.Sg = iclamp(ceil_div(t.short_rows * S, imax(N, 1)), 1, imax(1, t.short_rows));
+    pl.gpb = ceil_div(S, pl.Sg);
+    pl.main_threads = B * pl.gpb * pl.G * pl.tiles;
+    return pl;
+  }
+  if (pl.flat) {
+    pl.W = 256 * imax(1, t.flat_items);  // ReduceFlatBlock: kBlock threads of `items` items
+  } else {
+    pl.W = t.reduce_w_min;
+    while (pl.W < t.reduce_w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.target_threads) pl.W *= 2;
+  }
   pl.cpb = ceil_div(S + N, pl.W);
   pl.C = B * pl.cpb;
-  pl.main_threads = pl.C * pl.G * pl.tiles;
+  pl.main_threads = pl.C * (pl.flat ? 256 : pl.G * pl.tiles);
   pl.n[0] = pl.C;
   pl.L = 1;
   while (pl.n[pl.L - 1] > t.level_k && pl.L < kMaxLevels) {
@@ -766,8 +1204,9 @@ inline ExpandPlan plan_expand(int64_t B, int64_t R, int64_t S, int64_t F, int vm
 
 // ---- drivers (host): plan, carve the workspace, launch the kernels in order --------------------------
 //
-// Exec provides: void* workspace(size_t bytes) (device memory alive until the op returns) and
-// template <class K> void launch(const K& k, int64_t threads).
+// Exec provides: void* workspace(size_t bytes) (device memory alive until the op returns),
+// template <class K> void launch(const K& k, int64_t threads) (k(tid) per thread) and
+// template <class K> void launch_blocks(const K& k, int64_t blocks) (a block kernel, K::kBlock threads each).
 
 struct Geometry {
   int64_t B = 1, N = 0, S = 0, F = 1;  // src viewed as [B, N, F]; S segments
@@ -838,7 +1277,10 @@ template <class Op, class Load, class OutT, class Exec>
 void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_t* arg, const ErrorContext& ec,
                 bool vec_ok, const Tuning& t = Tuning()) {
   using State = typename Op::State;
-  const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, t);
+  using FlatK = ReduceFlatBlock<Op, Load, OutT>;
+  Tuning tf = t;
+  tf.flat_items = static_cast<int>(iclamp(t.flat_items, 1, FlatK::kItemsMax));
+  const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, tf);
   Fixup<Op, OutT> fx{};
   static_cast<ChunkGrid&>(fx) = chunk_grid(g, pl.W, pl.cpb);
   fx.L = pl.L;
@@ -850,6 +1292,33 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   fx.pub = ec.publish(g);
   if (pl.main_threads == 0) {  // nothing to reduce: validate, then publish
     launch_validate(ex, g, ec, nullptr, t);
+    ex.launch(fx, 1);
+    return;
+  }
+  if (pl.short_segs) {  // one pass over whole segments, then publish (fx with no chunks)
+    auto fill_short = [&](auto& k) {
+      k.indptr = g.indptr;
+      k.bmap = g.bmap;
+      k.S = g.S;
+      k.F = g.F;
+      k.Sg = pl.Sg;
+      k.gpb = pl.gpb;
+      k.G = pl.G;
+      k.tiles = pl.tiles;
+      k.ft = pl.ft;
+      k.load = load;
+      k.N = g.N;
+      k.out = out;
+      k.arg = arg;
+      k.val = ec.validate(g, pl.main_threads);
+      ex.launch(k, pl.main_threads);
+    };
+    if (pl.V > 1) {
+      with_kernel<ReduceShort<Op, Load, OutT, Load::kVec>>(fill_short);
+    } else {
+      with_kernel<ReduceShort<Op, Load, OutT, 1>>(fill_short);
+    }
+    fx.C = 0;
     ex.launch(fx, 1);
     return;
   }
@@ -876,31 +1345,37 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   part.N = g.N;
   part.coord = coord;
   ex.launch(part, n_coord);
-  auto fill_main = [&](auto& k) {
+  auto fill_chunks = [&](auto& k) {  // the fields of every pass-1 kernel of the merge-path plan
     static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
     k.coord = coord;
     k.load = load;
     k.N = g.N;
-    k.G = pl.G;
-    k.tiles = pl.tiles;
-    k.ft = pl.ft;
     k.out = out;
     k.arg = arg;
     k.carry = carry[0];
     k.head = head;
     k.ckey = key[0];
     k.hkey = hkey;
-    k.total = g.B * g.N * g.F;
-    k.vec_ok = vec_ok;
     k.val = ec.validate(g, pl.main_threads);
+  };
+  auto fill_main = [&](auto& k) {
+    fill_chunks(k);
+    k.G = pl.G;
+    k.tiles = pl.tiles;
+    k.ft = pl.ft;
     ex.launch(k, pl.main_threads);
   };
   if (pl.flat) {
-    with_kernel<ReduceMain<Op, Load, OutT, 1, true, Load::kVec>>(fill_main);
+    FlatK k{};
+    fill_chunks(k);
+    k.items = static_cast<int>(pl.W / FlatK::kBlock);
+    k.total = g.B * g.N;
+    k.vec_ok = vec_ok;
+    ex.launch_blocks(k, pl.C);
   } else if (pl.V > 1) {
-    with_kernel<ReduceMain<Op, Load, OutT, Load::kVec, false>>(fill_main);
+    with_kernel<ReduceMain<Op, Load, OutT, Load::kVec>>(fill_main);
   } else {
-    with_kernel<ReduceMain<Op, Load, OutT, 1, false>>(fill_main);
+    with_kernel<ReduceMain<Op, Load, OutT, 1>>(fill_main);
   }
   for (int l = 1; l < pl.L; ++l) {
     LevelCarry<Op> lc{carry[l - 1], key[l - 1], pl.n[l - 1], carry[l], key[l], pl.n[l], g.F, t.level_k};
