@@ -43,11 +43,7 @@ def log(msg: str) -> None:
     print(f"[aarch64-qemu] {msg}", flush=True)
 
 
-def sh(cmd, **kw) -> subprocess.CompletedProcess:
-    cp = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if cp.returncode != 0:
-        raise RuntimeError(f"`{' '.join(map(str, cmd))}` failed ({cp.returncode}):\n{cp.stdout[-3000:]}{cp.stderr[-3000:]}")
-    return cp
+sh = tw.run_checked
 
 
 def ensure_host_tools() -> None:

@@ -59,11 +59,7 @@ def log(msg: str) -> None:
     print(f"[torch-matrix] {msg}", flush=True)
 
 
-def run(cmd, **kw) -> subprocess.CompletedProcess:
-    cp = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if cp.returncode != 0:
-        raise RuntimeError(f"`{' '.join(map(str, cmd))}` failed ({cp.returncode}):\n{cp.stdout[-4000:]}\n{cp.stderr[-4000:]}")
-    return cp
+run = tw.run_checked
 
 
 def suite() -> list[str]:

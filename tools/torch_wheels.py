@@ -42,6 +42,15 @@ class WheelError(RuntimeError):
     """A wheel could not be fetched or read; the message says what happened."""
 
 
+def run_checked(cmd, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run with captured text output; a failure raises RuntimeError with the command and the
+    tail of its output."""
+    cp = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if cp.returncode != 0:
+        raise RuntimeError(f"`{' '.join(map(str, cmd))}` failed ({cp.returncode}):\n{cp.stdout[-4000:]}\n{cp.stderr[-4000:]}")
+    return cp
+
+
 def pip_env() -> dict:
     """The environment for a pip that talks to PyPI only (no find-links, no config files)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")}
