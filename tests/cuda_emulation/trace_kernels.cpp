@@ -161,16 +161,20 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     (store ? st.st_sector : st.ld_sector) += 32 * n;
     (store ? st.st_inst : st.ld_inst) += 1;
   }
-  // distinct sectors
-  for (const auto& lane : w.lanes) {
+  // every sector a memory access of this warp touches (kind 3 records are not accesses)
+  const auto for_each_sector = [&w](const auto& f) {
     std::vector<uint64_t> s;
-    for (const Access& a : lane) {
-      if (a.kind == 3) continue;
-      s.clear();
-      sectors_of(a, s);
-      for (uint64_t x : s) (a.kind == 2 ? st.written : st.read).insert(x);
+    for (const auto& lane : w.lanes) {
+      for (const Access& a : lane) {
+        if (a.kind == 3) continue;
+        s.clear();
+        sectors_of(a, s);
+        for (uint64_t x : s) f(a, x);
+      }
     }
-  }
+  };
+  // distinct sectors
+  for_each_sector([&st](const Access& a, uint64_t x) { (a.kind == 2 ? st.written : st.read).insert(x); });
   // rounds, in lock step
   std::vector<Round> lr[32];
   size_t k_max = 0;
@@ -219,15 +223,7 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     }
   }
   // this warp's sectors are now "seen" by the launch (L2 for the next sampled warps)
-  for (const auto& lane : w.lanes) {
-    std::vector<uint64_t> s;
-    for (const Access& a : lane) {
-      if (a.kind == 3) continue;
-      s.clear();
-      sectors_of(a, s);
-      st.seen.insert(s.begin(), s.end());
-    }
-  }
+  for_each_sector([&st](const Access&, uint64_t x) { st.seen.insert(x); });
 }
 
 static std::string demangle(const char* n) {
