@@ -15,8 +15,9 @@ mistake and only a GPU run found it), so CI also builds against torch 2.10's own
   compiles against the installed newer ones), a 2.13-only shim function fails to link against 2.10's
   libtorch_cpu (and links against the installed one).
 
-The installed torch (2.13 in CI, tools/bootstrap.sh) is the newest-headers build: tools/bootstrap.sh builds
-the CPU library against it and tests/test_cuda_build.py the CUDA one.
+The installed torch (2.13 in CI, tools/bootstrap.sh) is built against by tools/bootstrap.sh (CPU) and
+tests/test_cuda_build.py (CUDA); the newest supported torch (tw.NEWEST, 2.14) is built against here too
+(its wheel, like 2.10's, without dependencies), so an API removed or changed after 2.13 fails in CI.
 A failed download fails the test (it is not skipped): the check is part of CI.
 """
 
@@ -96,6 +97,20 @@ def test_library_builds_and_links_against_oldest_torch(built, oldest):
     assert f'"torch_target": "{OLDEST_MINOR}"'.encode() in data
     if NVCC:
         assert b'"variant": "cuda"' in data and "segment_cuda.cu" in log
+
+
+def test_library_builds_and_links_against_newest_torch(tmp_path):
+    try:
+        newest = tw.torch_tree(tw.download_torch(tw.NEWEST))
+    except tw.WheelError as e:
+        pytest.fail(f"torch {tw.NEWEST}'s headers are needed for this check and could not be fetched: {e}")
+    assert _torch_version(newest).startswith(tw.NEWEST + "+"), _torch_version(newest)
+    lib, log, seconds = tw.build_library(tmp_path / "newest-headers", newest, cuda_archs=CUDA_ARCHS if NVCC else None)
+    print(f"built against torch {tw.NEWEST} headers in {seconds:.0f} s (CUDA: {bool(NVCC)})")
+    assert "-Wl,--no-undefined" in log
+    data = open(lib, "rb").read()
+    assert f'"torch_headers": "{_torch_version(newest)}"'.encode() in data
+    assert f'"torch_target": "{OLDEST_MINOR}"'.encode() in data, "still built for the oldest torch's stable ABI"
 
 
 def test_every_shim_symbol_is_exported_by_oldest_libtorch(built, oldest):

@@ -29,6 +29,7 @@ from offline_channel import wheel_torch_version  # noqa: E402
 
 # The oldest torch whose stable ABI the library targets (data/compat.yaml stable_abi.min_torch).
 OLDEST = "2.10.0"
+NEWEST = "2.14.0"  # the newest torch on PyPI that the matrix (tools/torch_matrix.py) covers
 # PyPI's Linux x86-64 torch wheels are CUDA builds; which CUDA each minor is built for (the wheel's
 # torch/version.py says so too, and download_torch checks it). aarch64 wheels of these minors are +cpu.
 X86_CUDA = {"2.10": "12.8", "2.11": "13.0", "2.12": "13.0", "2.13": "13.0", "2.14": "13.0"}
