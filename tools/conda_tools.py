@@ -35,6 +35,14 @@ def cache_dir() -> Path:
     return (Path(base) / "torch-segops").resolve()
 
 
+def pypi_only_env() -> dict:
+    """The environment for a pip that talks to PyPI only: no find-links (this machine's holds a +cpu torch
+    that sorts above PyPI's CUDA build of the same version), no constraints, no config files."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    return env
+
+
 class ToolError(RuntimeError):
     """A tool or input is missing; the message says how to fix it."""
 

@@ -54,7 +54,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conda_tools import cache_dir  # noqa: E402
+from conda_tools import cache_dir, pypi_only_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CHANNEL = cache_dir() / "offline-channel"
@@ -305,7 +305,7 @@ def repack_wheels(b: Builder, wheels: list[Path], *, skip: set[str] = frozenset(
     """Each wheel installed into a staging prefix and packaged as a conda package of the same name
     (``.dist-info`` intact); returns {conda name: version} of what was made. ``skip``: conda names
     another channel already provides."""
-    mm, pyname = py_tag()
+    _, pyname = py_tag()
     log(f"installing {len(wheels)} wheels into a staging prefix (no pyc, no dependency resolution)")
     prefix = b.stage("site")
     run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--ignore-installed",
@@ -543,11 +543,9 @@ def download_cuda_wheels(cuda: str) -> list[Path]:
     have = sum(f.stat().st_size for f in dest.glob("*.whl"))
     log(f"downloading {spec} (CUDA {cuda} build, about 0.5 GB) and its NVIDIA libraries (about 2.2 GB) "
         f"into {dest} ({have / 2**30:.1f} GiB already there)")
-    env = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX")}
-    env["PIP_CONFIG_FILE"] = os.devnull
     t0 = time.time()
     res = run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest),
-               "--progress-bar", "off", spec], env=env)
+               "--progress-bar", "off", spec], env=pypi_only_env())
     wanted = {re.sub(r"[-_.]+", "_", m.lower()) for m in re.findall(r"(?:Saved|File was already downloaded) \S*/([^/\s]+?)-\d", res.stdout)}
     wheels = sorted(w for w in dest.glob("*.whl") if re.sub(r"[-_.]+", "_", w.name.split("-")[0].lower()) in wanted)
     torch_whl = [w for w in wheels if w.name.startswith("torch-")]

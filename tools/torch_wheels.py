@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conda_tools import cache_dir  # noqa: E402
+from conda_tools import cache_dir, pypi_only_env  # noqa: E402
 from offline_channel import wheel_torch_version  # noqa: E402
 
 # The oldest torch whose stable ABI the library targets (data/compat.yaml stable_abi.min_torch).
@@ -52,11 +52,7 @@ def run_checked(cmd, **kw) -> subprocess.CompletedProcess:
     return cp
 
 
-def pip_env() -> dict:
-    """The environment for a pip that talks to PyPI only (no find-links, no config files)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT")}
-    env["PIP_CONFIG_FILE"] = os.devnull
-    return env
+pip_env = pypi_only_env
 
 
 def flavor(version: str, machine: str = "x86_64") -> str:
