@@ -224,6 +224,55 @@ def index_from_indptr(indptr: torch.Tensor, n_rows: int | None = None) -> torch.
 # Tolerances. Every comparison is elementwise: |actual - expected| <= tol, with tol derived from how
 # the result is computed (documented per function), never a blanket "close enough".
 
+def reduce_into(fn, src, index, out_values, expected, **kwargs):
+    """fn(src, index, out=out, **kwargs) with out = tensor(out_values): checks that the values are returned in
+    out itself (for min/max, the first of the pair) and equal `expected`; returns fn's result."""
+    out = torch.tensor(out_values, dtype=src.dtype)
+    result = fn(src, index, out=out, **kwargs)
+    values = result[0] if isinstance(result, tuple) else result
+    assert values is out, f"{fn.__name__}: the result is not the out tensor"
+    assert out.tolist() == expected, f"{fn.__name__}: {out.tolist()} != {expected}"
+    return result
+
+
+def flat(result) -> list:
+    """An op's result as a list of tensors (min/max return (values, arg))."""
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def compile_and_compare(fn, args, backend, dynamic=None, grad_wrt=0, rtol=None, atol=None):
+    """Compile fn with fullgraph=True (a graph break raises), check exactly one frame was compiled,
+    and compare outputs and (for a floating input args[grad_wrt]) gradients with eager (rtol/atol: those of
+    torch.testing.assert_close, its defaults when None). Returns (compiled, counter)."""
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compiled = torch.compile(fn, backend=counter, fullgraph=True, dynamic=dynamic)
+    x = args[grad_wrt]
+    floating = x.is_floating_point()
+    xe = x.detach().clone().requires_grad_(floating)
+    xc = x.detach().clone().requires_grad_(floating)
+    eager_args = list(args)
+    eager_args[grad_wrt] = xe
+    comp_args = list(args)
+    comp_args[grad_wrt] = xc
+    expected = flat(fn(*eager_args))
+    got = flat(compiled(*comp_args))
+    assert counter.frame_count == 1, f"expected one compiled frame, got {counter.frame_count}"
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        torch.testing.assert_close(g, e, rtol=rtol, atol=atol)
+    if floating:
+        w = torch.randn(expected[0].shape, dtype=expected[0].dtype)
+        (ge,) = torch.autograd.grad((expected[0] * w).sum(), xe)
+        (gc,) = torch.autograd.grad((got[0] * w).sum(), xc)
+        torch.testing.assert_close(gc, ge, rtol=rtol, atol=atol)
+    return compiled, counter
+
+
 def _eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps
 

@@ -129,37 +129,8 @@ def _case(batch=False, n=40, f=3, dtype=torch.float32, seed=0):
 PUBLIC = R.public_reducers()
 
 
-def _flat(result):
-    return list(result) if isinstance(result, tuple) else [result]
-
-
 def _compile_and_compare(fn, args, backend, dynamic=None, grad_wrt=0):
-    """Compile fn with fullgraph=True (a graph break raises), check exactly one frame was compiled,
-    and compare outputs and (for a floating input) gradients with eager."""
-    torch._dynamo.reset()
-    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
-    compiled = torch.compile(fn, backend=counter, fullgraph=True, dynamic=dynamic)
-    x = args[grad_wrt]
-    floating = x.is_floating_point()
-    xe = x.detach().clone().requires_grad_(floating)
-    xc = x.detach().clone().requires_grad_(floating)
-    eager_args = list(args)
-    eager_args[grad_wrt] = xe
-    comp_args = list(args)
-    comp_args[grad_wrt] = xc
-    expected = _flat(fn(*eager_args))
-    got = _flat(compiled(*comp_args))
-    assert counter.frame_count == 1, f"expected one compiled frame, got {counter.frame_count}"
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        assert g.shape == e.shape and g.dtype == e.dtype
-        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
-    if floating:
-        w = torch.randn(expected[0].shape, dtype=expected[0].dtype)
-        (ge,) = torch.autograd.grad((expected[0] * w).sum(), xe)
-        (gc,) = torch.autograd.grad((got[0] * w).sum(), xc)
-        torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-6)
-    return compiled, counter
+    return R.compile_and_compare(fn, args, backend, dynamic, grad_wrt, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["1d_indptr", "broadcast_indptr"])
@@ -174,7 +145,7 @@ def test_compile_fullgraph_inductor(name):
     src, indptr = _case(batch=False)
     fn = PUBLIC[name]
     # wrap with surrounding pointwise work so inductor has something to fuse around the custom op
-    _compile_and_compare(lambda s, i: _flat(fn(s * 2 + 1, i))[0].relu(), (src, indptr), "inductor")
+    _compile_and_compare(lambda s, i: R.flat(fn(s * 2 + 1, i))[0].relu(), (src, indptr), "inductor")
 
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
@@ -189,7 +160,7 @@ def test_compile_dynamic_shapes_no_recompile(name, requires_grad):
     for n, seed in ((40, 0), (64, 1), (100, 2)):
         src, indptr = _case(n=n, seed=seed)
         xs = [src.clone().requires_grad_(requires_grad) for _ in range(2)]
-        got, expected = _flat(compiled(xs[0], indptr))[0], _flat(PUBLIC[name](xs[1], indptr))[0]
+        got, expected = R.flat(compiled(xs[0], indptr))[0], R.flat(PUBLIC[name](xs[1], indptr))[0]
         torch.testing.assert_close(got, expected)
         if requires_grad:
             w = torch.randn(expected.shape)
@@ -276,6 +247,6 @@ def test_compile_fullgraph_out(backend):
         eager_bufs, comp_bufs = extra(), extra()
         expected, got = fn(src, indptr, *eager_bufs), compiled(src, indptr, *comp_bufs)
         assert counter.frame_count == 1
-        for g, e in zip(_flat(got) + list(comp_bufs), _flat(expected) + list(eager_bufs)):
+        for g, e in zip(R.flat(got) + list(comp_bufs), R.flat(expected) + list(eager_bufs)):
             torch.testing.assert_close(g, e)
         assert not bool((comp_bufs[0] == 0).all()), "out was not written"

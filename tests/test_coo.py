@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._dynamo
-import torch._dynamo.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,9 +112,7 @@ def test_zero_elements(reduce):
 def test_out_sum_accumulates():
     src = torch.tensor([1.0, 2.0, 3.0, 4.0])
     index = torch.tensor([0, 0, 2, 2])
-    out = torch.tensor([10.0, 20.0, 30.0])
-    assert so.segment_coo(src, index, out=out) is out
-    assert out.tolist() == [13.0, 20.0, 37.0]
+    out = R.reduce_into(so.segment_coo, src, index, [10.0, 20.0, 30.0], [13.0, 20.0, 37.0])
     so.segment_add_coo(src, index, out=out)  # again: accumulates again
     assert out.tolist() == [16.0, 20.0, 44.0]
 
@@ -261,14 +257,4 @@ def test_compile_fullgraph(fn, dim_size, backend):
         "segment_max_coo": lambda s, i: so.segment_max_coo(s * 2, i, dim_size=dim_size)[0],
         "gather_coo": lambda s, i: so.gather_coo(s * 2, i),
     }
-    f = calls[fn]
-    torch._dynamo.reset()
-    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
-    compiled = torch.compile(f, backend=counter, fullgraph=True)
-    x = torch.randn(2, 7, 3, dtype=torch.float64)
-    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
-    expected, got = f(xe, GRAD_INDEX), compiled(xc, GRAD_INDEX)
-    assert counter.frame_count == 1
-    torch.testing.assert_close(got, expected)
-    w = torch.randn(expected.shape, dtype=expected.dtype)
-    torch.testing.assert_close(torch.autograd.grad(got, xc, w)[0], torch.autograd.grad(expected, xe, w)[0])
+    R.compile_and_compare(calls[fn], (torch.randn(2, 7, 3, dtype=torch.float64), GRAD_INDEX), backend)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._dynamo
-import torch._dynamo.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -119,15 +117,11 @@ def test_ties_take_the_first_position_in_src():
 def test_out_is_reduced_into():
     src = torch.tensor([1.0, 2.0, 3.0, 4.0])
     index = torch.tensor([2, 0, 2, 0])
-    out = torch.tensor([10.0, 20.0, 30.0])
-    assert so.scatter(src, index, out=out) is out
-    assert out.tolist() == [16.0, 20.0, 34.0]
-    out = torch.tensor([3.0, 20.0, 3.5])
-    values, arg = so.scatter_max(src, index, out=out)
-    assert values is out and out.tolist() == [4.0, 20.0, 3.5] and arg.tolist() == [3, 4, 4]
-    out = torch.tensor([2.0, 0.0, 2.0])
-    so.scatter_mean(src, index, out=out)
-    assert out.tolist() == [4.0, 0.0, 3.0]  # (2 + 2 + 4) / 2, untouched, (2 + 1 + 3) / 2
+    R.reduce_into(so.scatter, src, index, [10.0, 20.0, 30.0], [16.0, 20.0, 34.0])
+    _, arg = R.reduce_into(so.scatter_max, src, index, [3.0, 20.0, 3.5], [4.0, 20.0, 3.5])
+    assert arg.tolist() == [3, 4, 4]
+    # (2 + 2 + 4) / 2, untouched, (2 + 1 + 3) / 2
+    R.reduce_into(so.scatter_mean, src, index, [2.0, 0.0, 2.0], [4.0, 0.0, 3.0])
 
 
 def test_out_with_a_full_index():
@@ -267,16 +261,7 @@ def test_compile_fullgraph(reduce, dim_size, backend):
     def f(s, i):
         return so.scatter(s * 2, i, 0, dim_size=dim_size, reduce=reduce)
 
-    torch._dynamo.reset()
-    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
-    compiled = torch.compile(f, backend=counter, fullgraph=True)
-    x = torch.randn(7, 3, dtype=torch.float64)
-    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
-    expected, got = f(xe, index), compiled(xc, index)
-    assert counter.frame_count == 1
-    torch.testing.assert_close(got, expected)
-    w = torch.randn(expected.shape, dtype=expected.dtype)
-    torch.testing.assert_close(torch.autograd.grad(got, xc, w)[0], torch.autograd.grad(expected, xe, w)[0])
+    R.compile_and_compare(f, (torch.randn(7, 3, dtype=torch.float64), index), backend)
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")

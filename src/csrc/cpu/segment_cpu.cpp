@@ -1,10 +1,12 @@
-// CPU ops of torch_segops: argument checks, indptr validation and output allocation, then the typed
-// kernels of kernels.cpp for the best instruction set of this CPU (cpu/kernels.h).
+// CPU backend of torch_segops: indptr validation, outputs that ask for huge pages, and the typed kernels
+// of kernels.cpp for the best instruction set of this CPU (cpu/kernels.h), behind the shared op entry
+// points of segment_ops.h.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "cpu/kernels.h"
 #include "csr_args.h"
 #include "reducers.h"
+#include "segment_ops.h"
 
 namespace torch_segops {
 namespace cpu {
@@ -98,27 +101,13 @@ int64_t validate_indptr(const CsrArgs& a, int64_t limit, const char* op, const c
   });
   const int64_t i = first_bad.load();
   if (i < total) {
-    const int64_t row = i / len, k = i % len;
-    std::string at = a.indptr_rows > 1 ? "indptr[row " + std::to_string(row) + "][" : "indptr[";
-    if (k == 0) fail(op, "indptr must start at a non-negative offset, got ", at, "0] = ", p[i]);
-    if (p[i] < p[i - 1])
-      fail(op, "indptr must be non-decreasing, got ", at, k, "] = ", p[i], " < ", at, k - 1, "] = ", p[i - 1]);
-    fail(op, "indptr[..., -1] must be <= ", limit_what, " = ", limit, ", got ", at, k, "] = ", p[i]);
+    throw std::runtime_error(
+        indptr_error_message(op, limit_what, i, len, a.indptr_rows, p[i], i % len != 0 ? p[i - 1] : 0, limit));
   }
   return max_last.load();
 }
 
 // ---- outputs ---------------------------------------------------------------------------------------
-
-int64_t element_bytes(ScalarType t) {
-  switch (t) {
-    case ScalarType::Half:
-    case ScalarType::BFloat16: return 2;
-    case ScalarType::Float:
-    case ScalarType::Int: return 4;
-    default: return 8;
-  }
-}
 
 // A new output, about to be written for the first time, page by page. Where transparent huge pages
 // are enabled for memory that asks for them (`madvise`, the default of many distributions), asking
@@ -128,7 +117,7 @@ int64_t element_bytes(ScalarType t) {
 Tensor fresh_output(Tensor t) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t bytes = static_cast<uintptr_t>(t.numel() * element_bytes(t.scalar_type()));
+  const uintptr_t bytes = static_cast<uintptr_t>(t.numel() * dtype_bytes(t.scalar_type()));
   if (bytes >= 4 * kHuge) {
     const uintptr_t p = reinterpret_cast<uintptr_t>(t.mutable_data_ptr());
     const uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1), hi = (p + bytes) & ~(kHuge - 1);
@@ -138,84 +127,35 @@ Tensor fresh_output(Tensor t) {
   return t;
 }
 
-// output_for (csr_args.h), with a new tensor announced by fresh_output.
-Tensor cpu_output(const Tensor& src, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
-                  const char* op, const char* name) {
-  Tensor t = output_for(src, sizes, dtype, given, op, name);
-  return given == nullptr ? fresh_output(t) : t;
-}
+// ---- the kernels for the shared entry points (segment_ops.h) -------------------------------------------
 
-// ---- ops -------------------------------------------------------------------------------------------
+struct CpuBackend {
+  const char* op;
+  CpuBackend(const CsrArgs&, OpId id) : op(op_names(id).name) {}
 
-// given_out / given_arg: the out= variant's tensors, or null to allocate.
-std::tuple<Tensor, Tensor> segment_reduce_into(const Tensor& src, const Tensor& indptr, const std::string& reduce,
-                                               const Tensor* given_out, const Tensor* given_arg) {
-  const char* op = "segment_csr";
-  const Reduce r = parse_reduce(reduce, op);
-  CsrArgs a = make_csr_args(src, indptr, op);
-  const bool with_arg = r == Reduce::Min || r == Reduce::Max;
-  dispatch_dtype(src.scalar_type(), r == Reduce::Sum || with_arg, op, "src", [](auto) {});
-  validate_indptr(a, a.N, op, "src.size(dim)");
-  const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
-  Tensor out = cpu_output(src, sizes, src.scalar_type(), given_out, op, "out");
-  Tensor arg = cpu_output(src, with_arg ? sizes : std::vector<int64_t>{0}, ScalarType::Long, given_arg, op, "arg");
-  cpu::kernels().segment_reduce(a, r, out, with_arg ? &arg : nullptr);
-  return {out, arg};
-}
-
-std::tuple<Tensor, Tensor> segment_reduce_cpu(Tensor src, Tensor indptr, std::string reduce) {
-  return segment_reduce_into(src, indptr, reduce, nullptr, nullptr);
-}
-
-void segment_reduce_out_cpu(Tensor src, Tensor indptr, std::string reduce, Tensor out, Tensor arg) {
-  segment_reduce_into(src, indptr, reduce, &out, &arg);
-}
-
-// size: output rows (-1: read from indptr); given_out: the out= variant's tensor (its rows are the size).
-Tensor gather_into(const Tensor& src, const Tensor& indptr, int64_t size, const Tensor* given_out) {
-  const char* op = "gather_csr";
-  CsrArgs a = make_csr_args(src, indptr, op);
-  SEGOPS_CHECK(a.N == a.S, op, "src.size(dim) must equal the number of segments indptr.size(-1) - 1 = ", a.S,
-               ", got ", a.N);
-  if (given_out != nullptr) {
-    SEGOPS_CHECK(given_out->dim() == src.dim(), op, "out must have as many dims as src (", src.dim(), ")");
-    size = given_out->size(a.dim);
+  // output_for (csr_args.h), with a new tensor announced by fresh_output.
+  Tensor output(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
+                const char* name) const {
+    Tensor t = output_for(like, sizes, dtype, given, op, name);
+    return given == nullptr ? fresh_output(t) : t;
   }
-  SEGOPS_CHECK(size >= -1, op, "size must be >= 0 (or -1 to read it from indptr), got ", size);
-  dispatch_dtype(src.scalar_type(), true, op, "src", [](auto) {});
-  const int64_t needed = validate_indptr(a, size, op, given_out != nullptr ? "out.size(dim)" : "size");
-  const int64_t R = size >= 0 ? size : needed;
-  Tensor out = cpu_output(src, sizes_with_dim(src, a.dim, R), src.scalar_type(), given_out, op, "out");
-  cpu::kernels().gather(a, R, out);
-  return out;
-}
-
-Tensor gather_csr_cpu(Tensor src, Tensor indptr, int64_t size) { return gather_into(src, indptr, size, nullptr); }
-
-void gather_csr_out_cpu(Tensor src, Tensor indptr, Tensor out) { gather_into(src, indptr, -1, &out); }
-
-Tensor segment_softmax_cpu(Tensor src, Tensor indptr) {
-  const char* op = "segment_softmax_csr";
-  CsrArgs a = make_csr_args(src, indptr, op);
-  dispatch_dtype(src.scalar_type(), false, op, "src", [](auto) {});
-  validate_indptr(a, a.N, op, "src.size(dim)");
-  Tensor out = fresh_output(torch::stable::new_empty(src, src.sizes()));
-  cpu::kernels().softmax(a, out);
-  return out;
-}
-
-Tensor segment_softmax_backward_cpu(Tensor grad, Tensor out, Tensor indptr) {
-  const char* op = "segment_softmax_csr (backward)";
-  SEGOPS_CHECK(grad.sizes().equals(out.sizes()) && grad.scalar_type() == out.scalar_type(), op,
-               "grad and out must have the same shape and dtype");
-  CsrArgs a = make_csr_args(out, indptr, op, "out");
-  dispatch_dtype(out.scalar_type(), false, op, "out", [](auto) {});
-  validate_indptr(a, a.N, op, "out.size(dim)");
-  const Tensor g = contiguous_of(grad, op, "grad");
-  Tensor grad_in = fresh_output(torch::stable::new_empty(out, out.sizes()));
-  cpu::kernels().softmax_backward(a, g, grad_in);
-  return grad_in;
-}
+  void check_indptr(const CsrArgs& a, int64_t limit, const char* limit_what) const {
+    validate_indptr(a, limit, op, limit_what);
+  }
+  int64_t gather_rows(const CsrArgs& a, int64_t size, const char* limit_what) const {
+    const int64_t needed = validate_indptr(a, size, op, limit_what);
+    return size >= 0 ? size : needed;
+  }
+  void reduce(const CsrArgs& a, Reduce r, const Tensor& out, const Tensor* arg) const {
+    cpu::kernels().segment_reduce(a, r, out, arg);
+  }
+  void gather(const CsrArgs& a, int64_t R, const Tensor& out) const { cpu::kernels().gather(a, R, out); }
+  void softmax(const CsrArgs& a, const Tensor& out) const { cpu::kernels().softmax(a, out); }
+  void softmax_backward(const CsrArgs& a, const Tensor& grad, const Tensor& grad_in) const {
+    cpu::kernels().softmax_backward(a, grad, grad_in);
+  }
+  void finish() const {}
+};
 
 }  // namespace
 }  // namespace torch_segops
@@ -225,11 +165,4 @@ extern "C" __attribute__((visibility("default"))) const char* torch_segops_cpu_i
   return torch_segops::cpu::kernels().isa;
 }
 
-STABLE_TORCH_LIBRARY_IMPL(torch_segops, CPU, m) {
-  m.impl("segment_reduce", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_reduce_cpu, torch_segops::kSegmentReduce>::call)));
-  m.impl("gather_csr", TORCH_BOX((&torch_segops::guarded<&torch_segops::gather_csr_cpu, torch_segops::kGatherCsr>::call)));
-  m.impl("segment_reduce_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_reduce_out_cpu, torch_segops::kSegmentReduceOut>::call)));
-  m.impl("gather_csr_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::gather_csr_out_cpu, torch_segops::kGatherCsrOut>::call)));
-  m.impl("segment_softmax", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_softmax_cpu, torch_segops::kSegmentSoftmax>::call)));
-  m.impl("segment_softmax_backward", TORCH_BOX((&torch_segops::guarded<&torch_segops::segment_softmax_backward_cpu, torch_segops::kSegmentSoftmaxBackward>::call)));
-}
+STABLE_TORCH_LIBRARY_IMPL(torch_segops, CPU, m) { torch_segops::register_segment_ops<torch_segops::CpuBackend>(m); }

@@ -7,41 +7,10 @@
 #include <sstream>
 #include <string>
 
+#include "op_names.h"
+
 namespace torch_segops {
 namespace cuda {
-
-struct OpNames {
-  const char* name;
-  const char* limit_what;
-};
-// Indexed by OpId (segment_kernels.cuh).
-constexpr OpNames kOpNames[] = {
-    {"segment_csr", "src.size(dim)"},
-    {"gather_csr", "size"},
-    {"segment_softmax_csr", "src.size(dim)"},
-    {"segment_softmax_csr (backward)", "out.size(dim)"},
-};
-inline const OpNames& op_names(int32_t op) { return kOpNames[op >= 0 && op < 4 ? op : 0]; }
-
-// The CPU backend's message for the invalid offset at flat position pos of a [rows, len] indptr
-// (segment_cpu.cpp validate_indptr).
-inline std::string indptr_error_message(int32_t op, int64_t pos, int64_t len, int64_t rows, int64_t value,
-                                        int64_t prev, int64_t limit) {
-  const OpNames& o = op_names(op);
-  const int64_t row = pos / len, k = pos % len;
-  const std::string at = rows > 1 ? "indptr[row " + std::to_string(row) + "][" : "indptr[";
-  std::ostringstream os;
-  os << "torch_segops." << o.name << ": ";
-  if (k == 0) {
-    os << "indptr must start at a non-negative offset, got " << at << "0] = " << value;
-  } else if (value < prev) {
-    os << "indptr must be non-decreasing, got " << at << k << "] = " << value << " < " << at << k - 1
-       << "] = " << prev;
-  } else {
-    os << "indptr[..., -1] must be <= " << o.limit_what << " = " << limit << ", got " << at << k << "] = " << value;
-  }
-  return os.str();
-}
 
 // The GPU a "no kernel image" error happened on.
 struct GpuInfo {

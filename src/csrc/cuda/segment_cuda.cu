@@ -1,10 +1,11 @@
-// CUDA backend of torch_segops: the 4 forward ops for the CUDA dispatch key, through the stable ABI.
+// CUDA backend of torch_segops: the kernels behind the shared op entry points (segment_ops.h) for the CUDA
+// dispatch key, through the stable ABI.
 //
 // The kernels (per-thread and block functors) and the host drivers that plan and launch them are in
 // segment_kernels.cuh; this file holds what needs CUDA or torch: the generic __global__ launchers, the
-// current stream, workspaces from torch's caching allocator, error reporting, and the op entry points.
-// Argument checks, the [B, N, F] view and dtype dispatch are the shared host code of csr_args.h, so
-// errors read exactly as on the CPU.
+// current stream, workspaces from torch's caching allocator, error reporting, and CudaBackend. Argument
+// checks, outputs and the order of the work are the shared entry points of segment_ops.h (with the
+// [B, N, F] view and dtype dispatch of csr_args.h), so errors read exactly as on the CPU.
 //
 // Stream: aoti_torch_get_current_cuda_stream(device, &stream) from the AOTI C shim (libtorch_cuda),
 // declared under USE_CUDA in torch/csrc/inductor/aoti_torch/c/shim.h and available long before torch
@@ -38,6 +39,7 @@
 #include "cuda/error_messages.h"
 #include "cuda/segment_kernels.cuh"
 #include "reducers.h"
+#include "segment_ops.h"
 
 #ifndef TORCH_SEGOPS_CUDA_ARCHS
 #define TORCH_SEGOPS_CUDA_ARCHS "unknown"
@@ -279,7 +281,7 @@ class CudaCall {
 // Batch -> indptr row, as make_csr_args' batch_offset but computable on the device: src's leading dims
 // (size-1 dims dropped) with the element stride of the matching indptr dim (0 where indptr broadcasts),
 // adjacent dims merged when their strides chain.
-BatchMap make_batch_map(const CsrArgs& a, const Tensor& src, const char* op) {
+BatchMap make_batch_map(const CsrArgs& a, const char* op) {
   BatchMap m;
   if (a.B == 0) return m;
   std::vector<std::pair<int64_t, int64_t>> dims;  // (size, stride)
@@ -290,7 +292,7 @@ BatchMap make_batch_map(const CsrArgs& a, const Tensor& src, const char* op) {
     st *= a.indptr.size(d);
   }
   for (int64_t d = 0; d < a.dim; ++d) {
-    const int64_t size = src.size(d);
+    const int64_t size = a.src.size(d);
     if (size == 1) continue;
     const int64_t stride = a.indptr.size(d) == 1 ? 0 : istride[d];
     if (!dims.empty() && dims.back().second == stride * size) {
@@ -315,7 +317,7 @@ BatchMap make_batch_map(const CsrArgs& a, const Tensor& src, const char* op) {
   return m;
 }
 
-Geometry make_geometry(const CsrArgs& a, const Tensor& src, const char* op) {
+Geometry make_geometry(const CsrArgs& a, const char* op) {
   Geometry g;
   g.B = a.B;
   g.N = a.N;
@@ -323,7 +325,7 @@ Geometry make_geometry(const CsrArgs& a, const Tensor& src, const char* op) {
   g.F = a.F;
   g.indptr = cptr<int64_t>(a.indptr);
   g.indptr_rows = a.indptr_rows;
-  g.bmap = make_batch_map(a, src, op);
+  g.bmap = make_batch_map(a, op);
   return g;
 }
 
@@ -354,82 +356,10 @@ void dispatch_reduce(Reduce r, const F& f) {
   throw std::logic_error("torch_segops: reducer not available for this dtype");
 }
 
-// ---- ops -----------------------------------------------------------------------------------------------
+// ---- the kernels for the shared entry points (segment_ops.h) -------------------------------------------
 
-// given_out / given_arg: the out= variant's tensors, or null to allocate.
-std::tuple<Tensor, Tensor> segment_reduce_into(const Tensor& src, const Tensor& indptr, const std::string& reduce,
-                                               const Tensor* given_out, const Tensor* given_arg) {
-  const char* op = "segment_csr";
-  const Reduce r = parse_reduce(reduce, op);
-  CsrArgs a = make_csr_args(src, indptr, op);
-  const bool with_arg = r == Reduce::Min || r == Reduce::Max;
-  const bool allow_int = r == Reduce::Sum || with_arg;
-  CudaCall call(a.src, op, kOpSegmentCsr);
-  const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
-  Tensor out = output_for(src, sizes, src.scalar_type(), given_out, op, "out");
-  Tensor arg = output_for(src, with_arg ? sizes : std::vector<int64_t>{0}, ScalarType::Long, given_arg, op, "arg");
-  dispatch_dtype(src.scalar_type(), allow_int, op, "src", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const Geometry g = make_geometry(a, src, op);
-    const T* x = cptr<T>(a.src);
-    dispatch_reduce<T>(r, [&](auto op_tag) {
-      using Op = typename decltype(op_tag)::type;
-      run_reduce<Op>(call, g, SrcLoad<T>{x}, mptr<T>(out), with_arg ? mptr<int64_t>(arg) : nullptr,
-                     call.errors(a.N), aligned16(x));
-    });
-  });
-  call.finish();
-  return {out, arg};
-}
-
-std::tuple<Tensor, Tensor> segment_reduce_cuda(Tensor src, Tensor indptr, std::string reduce) {
-  return segment_reduce_into(src, indptr, reduce, nullptr, nullptr);
-}
-
-void segment_reduce_out_cuda(Tensor src, Tensor indptr, std::string reduce, Tensor out, Tensor arg) {
-  segment_reduce_into(src, indptr, reduce, &out, &arg);
-}
-
-// size: output rows (-1: read from indptr); given_out: the out= variant's tensor (its rows are the size).
-Tensor gather_into(const Tensor& src, const Tensor& indptr, int64_t size, const Tensor* given_out) {
-  const char* op = "gather_csr";
-  CsrArgs a = make_csr_args(src, indptr, op);
-  SEGOPS_CHECK(a.N == a.S, op, "src.size(dim) must equal the number of segments indptr.size(-1) - 1 = ", a.S,
-               ", got ", a.N);
-  if (given_out != nullptr) {
-    SEGOPS_CHECK(given_out->dim() == src.dim(), op, "out must have as many dims as src (", src.dim(), ")");
-    size = given_out->size(a.dim);
-  }
-  SEGOPS_CHECK(size >= -1, op, "size must be >= 0 (or -1 to read it from indptr), got ", size);
-  CudaCall call(a.src, op, kOpGatherCsr);
-  Tensor out;
-  dispatch_dtype(src.scalar_type(), true, op, "src", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const Geometry g = make_geometry(a, src, op);
-    Publish pub;
-    int64_t R = size;
-    if (size < 0) {
-      R = call.validate_and_max(g, a.indptr);  // host synchronisation (documented)
-    } else {
-      const ErrorContext ec = call.errors(size);
-      launch_validate(call, g, ec, nullptr, Tuning());
-      pub = ec.publish(g);
-    }
-    out = output_for(src, sizes_with_dim(src, a.dim, R), src.scalar_type(), given_out, op, "out");
-    const T* x = cptr<T>(a.src);
-    T* o = mptr<T>(out);
-    run_expand<SrcLoad<T>::kVec>(call, g, R, GatherFn<T>{x}, o, pub, aligned16(x) && aligned16(o));
-  });
-  call.finish();
-  return out;
-}
-
-Tensor gather_csr_cuda(Tensor src, Tensor indptr, int64_t size) { return gather_into(src, indptr, size, nullptr); }
-
-void gather_csr_out_cuda(Tensor src, Tensor indptr, Tensor out) { gather_into(src, indptr, -1, &out); }
-
-// Runs f(tag) for the floating-point dtypes (dispatch_dtype rejects the others with the CPU's message;
-// the integer instantiations are never called and not compiled).
+// Runs f(tag) for the floating-point dtypes (the shared layer has rejected the others with the CPU's
+// message; the integer instantiations are never called and not compiled).
 template <typename F>
 void dispatch_floating(ScalarType st, const char* op, const char* what, const F& f) {
   dispatch_dtype(st, false, op, what, [&](auto tag) {
@@ -438,58 +368,89 @@ void dispatch_floating(ScalarType st, const char* op, const char* what, const F&
   });
 }
 
-// Softmax and its backward: per-segment statistics (Op over `load`'s rows, in acc_t<T>, [B, S, F]),
-// then every row of a new tensor like `like` from its segment's statistic (make_fn(stats) -> an expansion
-// functor). in_aligned: load's pointers are 16-byte aligned (and so are make_fn's row inputs).
-template <class Op, typename T, class Load, class MakeFn>
-Tensor reduce_then_expand(CudaCall& call, const CsrArgs& a, const Tensor& like, const char* op, const Load& load,
-                          bool in_aligned, const MakeFn& make_fn) {
-  using A = acc_t<T>;
-  const Geometry g = make_geometry(a, like, op);
-  Tensor stats = new_tensor(like, {a.B * a.S * a.F}, scalar_type_of<A>(), op, "softmax statistics");
-  run_reduce<Op>(call, g, load, mptr<A>(stats), nullptr, call.errors(a.N), in_aligned);
-  Tensor result = new_tensor(like, sizes_of(like), like.scalar_type(), op, "out");
-  T* o = mptr<T>(result);
-  run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(cptr<A>(stats)), o, Publish{}, in_aligned && aligned16(o));
-  return result;
-}
+struct CudaBackend {
+  const char* op;
+  CudaCall call;
+  const Geometry g;
+  Publish pub;  // gather: how the expansion learns of an invalid indptr found by the validation before it
 
-Tensor segment_softmax_cuda(Tensor src, Tensor indptr) {
-  const char* op = "segment_softmax_csr";
-  CsrArgs a = make_csr_args(src, indptr, op);
-  CudaCall call(a.src, op, kOpSoftmax);
-  Tensor out;
-  dispatch_floating(src.scalar_type(), op, "src", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* x = cptr<T>(a.src);
-    out = reduce_then_expand<LogSumExpOp<acc_t<T>>, T>(call, a, src, op, SrcLoad<T>{x}, aligned16(x),
-                                                       [&](const acc_t<T>* lse) { return SoftmaxFn<T>{x, lse}; });
-  });
-  call.finish();
-  return out;
-}
+  CudaBackend(const CsrArgs& a, OpId id) : op(op_names(id).name), call(a.src, op, id), g(make_geometry(a, op)) {}
 
-Tensor segment_softmax_backward_cuda(Tensor grad, Tensor out, Tensor indptr) {
-  const char* op = "segment_softmax_csr (backward)";
-  SEGOPS_CHECK(grad.sizes().equals(out.sizes()) && grad.scalar_type() == out.scalar_type(), op,
-               "grad and out must have the same shape and dtype");
-  CsrArgs a = make_csr_args(out, indptr, op, "out");
-  SEGOPS_CHECK(grad.is_cuda() && grad.get_device_index() == out.get_device_index(), op,
-               "grad and out must be on the same device");
-  const Tensor gc = contiguous_of(grad, op, "grad");
-  CudaCall call(a.src, op, kOpSoftmaxBackward);
-  Tensor grad_in;
-  dispatch_floating(out.scalar_type(), op, "out", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* y = cptr<T>(a.src);
-    const T* gp = cptr<T>(gc);
-    grad_in = reduce_then_expand<SumOp<acc_t<T>>, T>(
-        call, a, out, op, ProdLoad<T>{gp, y}, aligned16(gp) && aligned16(y),
-        [&](const acc_t<T>* dot) { return SoftmaxBackwardFn<T>{y, gp, dot}; });
-  });
-  call.finish();
-  return grad_in;
-}
+  Tensor output(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
+                const char* name) const {
+    return output_for(like, sizes, dtype, given, op, name);
+  }
+
+  // Nothing to do before the kernels: each checks the offsets it reads (call.errors), asynchronously.
+  void check_indptr(const CsrArgs&, int64_t, const char*) const {}
+
+  // With size -1 the offsets are validated and max(indptr[..., -1]) read back now (a host sync); else
+  // the validation runs before the expansion, which it tells of an invalid indptr (pub).
+  int64_t gather_rows(const CsrArgs& a, int64_t size, const char*) {
+    if (size < 0) return call.validate_and_max(g, a.indptr);
+    const ErrorContext ec = call.errors(size);
+    launch_validate(call, g, ec, nullptr, Tuning());
+    pub = ec.publish(g);
+    return size;
+  }
+
+  void reduce(const CsrArgs& a, Reduce r, const Tensor& out, const Tensor* arg) {
+    dispatch_dtype(a.src.scalar_type(), true, op, "src", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = cptr<T>(a.src);
+      dispatch_reduce<T>(r, [&](auto op_tag) {
+        using Op = typename decltype(op_tag)::type;
+        run_reduce<Op>(call, g, SrcLoad<T>{x}, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr,
+                       call.errors(a.N), aligned16(x));
+      });
+    });
+  }
+
+  void gather(const CsrArgs& a, int64_t R, const Tensor& out) {
+    dispatch_dtype(a.src.scalar_type(), true, op, "src", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = cptr<T>(a.src);
+      T* o = mptr<T>(out);
+      run_expand<SrcLoad<T>::kVec>(call, g, R, GatherFn<T>{x}, o, pub,
+                                   aligned16(x) && aligned16(o));
+    });
+  }
+
+  void softmax(const CsrArgs& a, const Tensor& out) {
+    dispatch_floating(a.src.scalar_type(), op, "src", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = cptr<T>(a.src);
+      reduce_then_expand<LogSumExpOp<acc_t<T>>, T>(a, out, SrcLoad<T>{x}, aligned16(x),
+                                                   [&](const acc_t<T>* lse) { return SoftmaxFn<T>{x, lse}; });
+    });
+  }
+
+  void softmax_backward(const CsrArgs& a, const Tensor& grad, const Tensor& grad_in) {
+    dispatch_floating(a.src.scalar_type(), op, "out", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* y = cptr<T>(a.src);
+      const T* gp = cptr<T>(grad);
+      reduce_then_expand<SumOp<acc_t<T>>, T>(a, grad_in, ProdLoad<T>{gp, y}, aligned16(gp) && aligned16(y),
+                                             [&](const acc_t<T>* dot) { return SoftmaxBackwardFn<T>{y, gp, dot}; });
+    });
+  }
+
+  void finish() { call.finish(); }
+
+ private:
+  // Softmax and its backward: per-segment statistics (Op over `load`'s rows, in acc_t<T>, [B, S, F]),
+  // then every row of `result` from its segment's statistic (make_fn(stats) -> an expansion functor).
+  // in_aligned: load's pointers are 16-byte aligned (and so are make_fn's row inputs).
+  template <class Op, typename T, class Load, class MakeFn>
+  void reduce_then_expand(const CsrArgs& a, const Tensor& result, const Load& load, bool in_aligned,
+                          const MakeFn& make_fn) {
+    using A = acc_t<T>;
+    Tensor stats = new_tensor(a.src, {a.B * a.S * a.F}, scalar_type_of<A>(), op, "softmax statistics");
+    run_reduce<Op>(call, g, load, mptr<A>(stats), nullptr, call.errors(a.N), in_aligned);
+    T* o = mptr<T>(result);
+    run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(cptr<A>(stats)), o, Publish{}, in_aligned && aligned16(o));
+  }
+};
 
 }  // namespace
 }  // namespace cuda
@@ -510,10 +471,5 @@ extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_take_err
 }
 
 STABLE_TORCH_LIBRARY_IMPL(torch_segops, CUDA, m) {
-  m.impl("segment_reduce", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_reduce_cuda, torch_segops::kSegmentReduce>::call)));
-  m.impl("gather_csr", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::gather_csr_cuda, torch_segops::kGatherCsr>::call)));
-  m.impl("segment_reduce_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_reduce_out_cuda, torch_segops::kSegmentReduceOut>::call)));
-  m.impl("gather_csr_out", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::gather_csr_out_cuda, torch_segops::kGatherCsrOut>::call)));
-  m.impl("segment_softmax", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_softmax_cuda, torch_segops::kSegmentSoftmax>::call)));
-  m.impl("segment_softmax_backward", TORCH_BOX((&torch_segops::guarded<&torch_segops::cuda::segment_softmax_backward_cuda, torch_segops::kSegmentSoftmaxBackward>::call)));
+  torch_segops::register_segment_ops<torch_segops::cuda::CudaBackend>(m);
 }

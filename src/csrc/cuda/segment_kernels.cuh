@@ -70,6 +70,7 @@ void segops_trace_use();
 #endif
 
 #include "merge_path.h"
+#include "op_names.h"
 #include "reducers.h"
 
 namespace torch_segops {
@@ -198,8 +199,6 @@ struct ErrorRecord {
   int64_t prev;    // indptr[pos - 1] (0 when pos starts a row)
   int64_t limit;   // bound of the last offset, -1: none
 };
-
-enum OpId : int32_t { kOpSegmentCsr = 0, kOpGatherCsr = 1, kOpSoftmax = 2, kOpSoftmaxBackward = 3 };
 
 // The offset checks of the CPU backend, for position i of a flattened [rows, len] indptr.
 SEGOPS_HD bool indptr_bad(const int64_t* p, int64_t i, int64_t k, int64_t len, int64_t limit) {

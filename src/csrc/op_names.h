@@ -1,0 +1,50 @@
+// The ops as the backends and their error messages name them, and the message for an invalid indptr
+// (plain values: no torch, no CUDA, so the CUDA kernels' host emulation checks them too).
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+namespace torch_segops {
+
+enum OpId : int32_t { kOpSegmentCsr = 0, kOpGatherCsr = 1, kOpSoftmax = 2, kOpSoftmaxBackward = 3 };
+
+struct OpNames {
+  const char* name;        // the public function, as error messages name it
+  const char* limit_what;  // what bounds indptr[..., -1]
+};
+// Indexed by OpId.
+constexpr OpNames kOpNames[] = {
+    {"segment_csr", "src.size(dim)"},
+    {"gather_csr", "size"},
+    {"segment_softmax_csr", "src.size(dim)"},
+    {"segment_softmax_csr (backward)", "out.size(dim)"},
+};
+inline const OpNames& op_names(int32_t op) { return kOpNames[op >= 0 && op < 4 ? op : 0]; }
+
+// The message for the invalid offset at flat position pos of a [rows, len] indptr (value: indptr[pos],
+// prev: indptr[pos - 1], limit: the bound of the last offset, named limit_what), as every backend reports it.
+inline std::string indptr_error_message(const char* op, const char* limit_what, int64_t pos, int64_t len,
+                                        int64_t rows, int64_t value, int64_t prev, int64_t limit) {
+  const int64_t row = pos / len, k = pos % len;
+  const std::string at = rows > 1 ? "indptr[row " + std::to_string(row) + "][" : "indptr[";
+  std::ostringstream os;
+  os << "torch_segops." << op << ": ";
+  if (k == 0) {
+    os << "indptr must start at a non-negative offset, got " << at << "0] = " << value;
+  } else if (value < prev) {
+    os << "indptr must be non-decreasing, got " << at << k << "] = " << value << " < " << at << k - 1
+       << "] = " << prev;
+  } else {
+    os << "indptr[..., -1] must be <= " << limit_what << " = " << limit << ", got " << at << k << "] = " << value;
+  }
+  return os.str();
+}
+
+inline std::string indptr_error_message(int32_t op, int64_t pos, int64_t len, int64_t rows, int64_t value,
+                                        int64_t prev, int64_t limit) {
+  return indptr_error_message(op_names(op).name, op_names(op).limit_what, pos, len, rows, value, prev, limit);
+}
+
+}  // namespace torch_segops
