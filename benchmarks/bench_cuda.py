@@ -6,7 +6,8 @@
     python benchmarks/bench_cuda.py --features 1 64 --dists uniform --dtypes float32 --ops sum softmax
 
 Grid: segment-length distributions (uniform: random cut points, mean length 8; power-law: Pareto
-lengths, alpha 1.2; few-huge: 3 segments with 90% of the rows plus many of length 0..8), dtypes
+lengths, alpha 1.2; few-huge: 3 segments with 90% of the rows plus many of length 0..8; hub: uniform
+with mean length 8 after one first segment holding a quarter of the rows, a graph's hub node), dtypes
 float32 and bfloat16, feature dims 1, 16, 64, 256 with rows chosen so every input has the same number
 of elements (2^26 full, 2^22 quick). Ops: sum, mean, max (with argmax), logsumexp, softmax, gather.
 
@@ -35,7 +36,7 @@ try:  # benchmarks/gpu_model.py imports this module for make_indptr only, withou
 except ImportError:  # pragma: no cover
     so = None
 
-DISTS = ("uniform", "power-law", "few-huge")
+DISTS = ("uniform", "power-law", "few-huge", "hub")
 OPS = ("sum", "mean", "max", "logsumexp", "softmax", "gather")
 FEATURES = (1, 16, 64, 256)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -66,6 +67,10 @@ def make_indptr(rows: int, dist: str, gen: torch.Generator) -> torch.Tensor:
         lengths = torch.cat([tiny[: len(tiny) // 3], huge[:1], tiny[len(tiny) // 3: 2 * len(tiny) // 3], huge[1:2],
                              tiny[2 * len(tiny) // 3:], huge[2:]])
         return torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    if dist == "hub":
+        hub = rows // 4
+        rest = C.random_indptr(rows - hub, max(1, (rows - hub) // 8), gen) + hub
+        return torch.cat([torch.zeros(1, dtype=torch.long), rest])
     raise ValueError(dist)
 
 

@@ -688,6 +688,7 @@ int main(int argc, char** argv) {
   Tuning tiny_short = tiny;  // the short-segment kernel on every F > 1 input, with tiny groups
   tiny_short.short_avg_max = int64_t(1) << 40;
   tiny_short.short_rows = 3;
+  tiny_short.short_long_rows = 5;  // segments of more than 5 rows: in pieces of 5 rows (ReduceShortPieces)
   Tuning mid;
   mid.reduce_w_min = mid.reduce_w_max = 8;
   mid.flat_items = 3;
@@ -709,6 +710,7 @@ int main(int argc, char** argv) {
       {{}, {}, 17, 0, 4},          {{3}, {3}, 60, 6, 4},         {{3}, {1}, 60, 6, 1},
       {{2, 3}, {2, 1}, 40, 5, 8},  {{2, 3}, {1, 3}, 33, 4, 2},   {{4, 1, 2}, {4, 1, 1}, 20, 3, 16},
       {{2}, {2}, 2000, 3, 1},      {{}, {}, 1500, 600, 1},       {{}, {}, 9, 9, 130},
+      {{2}, {1}, 1200, 150, 4},  // short plan (8 rows a segment on average) with the default pieces of 128 rows
   };
   if (!quick) shapes.push_back({{}, {}, 3000, 40, 8});
 

@@ -16,8 +16,10 @@
 //     one pass. A group of G lanes (features across lanes, 16-byte vector loads) owns about 64 rows' worth
 //     of whole segments and reads their rows 8 at a time across segment borders (rows in flight per thread
 //     whatever the segment lengths); the segment offsets of the next 8 segments travel with those rows.
-//     No carries, no second pass. A huge segment among short ones is read by one group alone (correct,
-//     slow): that is the price of choosing from shapes only.
+//     No carries. Segments longer than Tuning::short_long_rows (P) rows are left out by their group: the
+//     same launch's first threads (ReduceShortPieces) reduce every piece of P rows of such segments in
+//     parallel, and a pass after it (FinishLongSegments) merges each one's piece states in order, so a
+//     huge segment among short ones is read at full parallelism, not by one group.
 //   - F == 1: the merge-path plan below with ReduceFlatBlock as pass 1: a block stages its chunk of 4096
 //     items (rows and segment ends) in shared memory with coalesced 16-byte loads, each thread walks 16
 //     items, and a block segmented scan (warp shuffles) joins the pieces of segments that cross threads.
@@ -51,6 +53,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 // ---- access tracing (the memory-access model, benchmarks/gpu_model.py; compiled out everywhere else) -----
@@ -520,6 +523,94 @@ struct ReduceMain : ChunkGrid {
   }
 };
 
+// The first threads of the short-segment plan's pass (ReduceShort) when N > P (Tuning::short_long_rows): the
+// rows of segments longer than P (which ReduceShort's groups leave out), in pieces of P rows, read in
+// parallel with the short segments; FinishLongSegments then merges each long segment's pieces in order. Thread tid = ((piece * tiles) + tile) * G + lane; piece k of batch
+// b covers rows [k P, (k + 1) P). A segment of more than P rows never lies inside one piece, so a piece meets
+// at most two of them: slot 0 holds the part of the one containing the piece's first row, slot 1 the part
+// of the one starting inside the piece, each with its segment (b * S + s) as key, -1 when the slot is empty.
+// Only keys are written for empty slots, and FinishLongSegments merges a slot only when its key names the
+// segment it finishes, so it never merges an unwritten state, whatever indptr holds.
+template <class Op, class Load, int V> struct ReduceShortPieces {
+  using State = typename Op::State;
+  static constexpr int kWays = 4;  // 4-ary searches: 3 probes per search and round, both searches together
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t S, F;
+  int64_t P, ppb;        // rows per piece, pieces per batch
+  int64_t G, tiles, ft;  // lanes, tiles, features per tile
+  Load load;
+  int64_t N;
+  State* part;    // [B, ppb, 2, F]
+  int64_t* pkey;  // [B, ppb, 2]
+
+  SEGOPS_HD void operator()(int64_t tid) const {
+    const LaneSlot ls = lane_slot(tid, G, tiles, ppb, ft, V);
+    const int64_t b = ls.b, k = ls.i, f0 = ls.f0;
+    if (f0 >= F) return;  // idle lane of the last tile
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t r0 = k * P, r1 = imin(N, r0 + P);
+    // the segments holding rows r0 and r1 - 1 (any segment in [0, S) when indptr is invalid)
+    int64_t lo_a = 0, hi_a = S - 1, lo_b = 0, hi_b = S - 1;
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    while (lo_a < hi_a || lo_b < hi_b) {
+      int64_t ma[kWays - 1], mb[kWays - 1], va[kWays - 1], vb[kWays - 1];
+SEGOPS_UNROLL
+      for (int j = 0; j < kWays - 1; ++j) {
+        ma[j] = lo_a + ((hi_a - lo_a) * (j + 1) + kWays - 1) / kWays;  // in (lo, hi] while lo < hi
+        mb[j] = lo_b + ((hi_b - lo_b) * (j + 1) + kWays - 1) / kWays;
+        va[j] = lo_a < hi_a ? rd_async(p + ma[j]) : 0;
+        vb[j] = lo_b < hi_b ? rd_async(p + mb[j]) : 0;
+      }
+      SEGOPS_TRACE_USE();
+      narrow(lo_a, hi_a, ma, va, r0);
+      narrow(lo_b, hi_b, mb, vb, r1 - 1);
+    }
+    const int64_t sa = iclamp(lo_a, 0, S - 1), sb = iclamp(lo_b, 0, S - 1);
+    const int64_t a_lo_raw = rd_async(p + sa), a_hi_raw = rd_async(p + sa + 1);
+    const int64_t b_lo_raw = rd_async(p + sb), b_hi_raw = rd_async(p + sb + 1);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
+    const LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
+    State* q = part + (b * ppb + k) * 2 * F + f0;
+    // slot 0: a long segment holding r0; slot 1: a long segment starting in (r0, r1)
+    const int64_t a_lo = iclamp(a_lo_raw, base, end), a_hi = iclamp(a_hi_raw, a_lo, end);
+    const int64_t b_lo = iclamp(b_lo_raw, base, end), b_hi = iclamp(b_hi_raw, b_lo, end);
+    const bool a_long = a_hi - a_lo > P && a_lo <= r0 && r0 < a_hi;
+    const bool b_long = b_hi - b_lo > P && r0 < b_lo && b_lo < r1;
+    if (ls.tile == 0 && ls.lane == 0) {
+      wr(pkey + (b * ppb + k) * 2, a_long ? b * S + sa : int64_t(-1));
+      wr(pkey + (b * ppb + k) * 2 + 1, b_long ? b * S + sb : int64_t(-1));
+    }
+    State st[V];
+    if (a_long) {
+      reduce_rows<Op, V>(st, fetch, r0, imin(a_hi, r1) - r0);
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) wr(q + v, st[v]);
+    }
+    if (b_long) {
+      reduce_rows<Op, V>(st, fetch, b_lo, imin(b_hi, r1) - b_lo);
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) wr(q + F + v, st[v]);
+    }
+  }
+
+  // One round of a kWays-ary search for the largest s with p[s] <= r in [lo, hi]: m[j] the probes, v[j]
+  // p[m[j]].
+  SEGOPS_HD static void narrow(int64_t& lo, int64_t& hi, const int64_t (&m)[kWays - 1], const int64_t (&v)[kWays - 1],
+                               int64_t r) {
+    if (lo >= hi) return;
+    int64_t nlo = lo, nhi = hi;
+SEGOPS_UNROLL
+    for (int j = 0; j < kWays - 1; ++j) {
+      if (v[j] <= r) nlo = imax(nlo, m[j]);
+      else nhi = imin(nhi, m[j] - 1);
+    }
+    lo = nlo;
+    hi = imax(nhi, nlo);  // (non-monotonic offsets could cross them)
+  }
+};
+
 // Pass 1 of the short-segment plan (average segment length <= Tuning::short_avg_max, F > 1): no chunks,
 // no carries. Thread tid = ((group * tiles) + tile) * G + lane; group gi of batch b owns the segments
 // [gi * Sg, (gi + 1) * Sg) whole, in batches of kSegBatch. A batch's offsets are loaded together with the
@@ -541,8 +632,18 @@ template <class Op, class Load, class OutT, int V> struct ReduceShort {
   OutT* out;
   int64_t* arg;
   Validate val;
+  // Segments of more than long_rows rows are skipped (their rows not read, their result not written): the
+  // first piece_threads threads run `pieces` instead, and FinishLongSegments completes them.
+  int64_t long_rows;
+  int64_t piece_threads;
+  ReduceShortPieces<Op, Load, V> pieces;
 
   SEGOPS_HD void operator()(int64_t tid) const {
+    if (tid < piece_threads) {
+      pieces(tid);
+      return;
+    }
+    tid -= piece_threads;
     val.run(tid);
     const LaneSlot ls = lane_slot(tid, G, tiles, gpb, ft, V);
     const int64_t b = ls.b, gi = ls.i, f0 = ls.f0;
@@ -572,6 +673,10 @@ SEGOPS_UNROLL
 SEGOPS_UNROLL
       for (int v = 0; v < V; ++v) st[v] = Op::identity();
       for (int64_t r = e[0]; r < e[nseg]; r += kU) {
+        if (hi - e_k > long_rows) {  // a long segment is not read here (ReduceShortPieces)
+          r = hi;
+          if (r >= e[nseg]) break;
+        }
         const int64_t n = imin(kU, e[nseg] - r);
         A x[kU][V];
 SEGOPS_UNROLL
@@ -616,10 +721,74 @@ SEGOPS_UNROLL
     for (int k = 0; k <= kSegBatch; ++k) o[k] = rd_async(p + imin(s + k, s_stop));
   }
 
+  // Writes segment s (unless it is long: FinishLongSegments writes it) and starts the next one.
   SEGOPS_HD void flush(State (&st)[V], int64_t b, int64_t s, int64_t count, int64_t f0) const {
-    write_results<Op, V>(st, count, N, out, arg, (b * S + s) * F + f0);
+    if (count <= long_rows) write_results<Op, V>(st, count, N, out, arg, (b * S + s) * F + f0);
 SEGOPS_UNROLL
     for (int v = 0; v < V; ++v) st[v] = Op::identity();
+  }
+};
+
+// Pass 2 of the short-segment plan when N > P: the piece holding a long segment's last row (slot 0 of
+// ReduceShortPieces, the segment ending inside the piece) merges the segment's pieces in order and writes
+// the result: piece lo / P holds it in slot 1 unless the segment starts at that piece's first row, the later
+// pieces in slot 0. Threads as in ReduceShortPieces; a slot whose key is not the segment counts as empty.
+template <class Op, class OutT, int V> struct FinishLongSegments {
+  using State = typename Op::State;
+  // partial states in flight per lane: 64 32-bit words (the kernel has few threads; registers are cheap)
+  static constexpr int kWords = static_cast<int>(sizeof(State) / 4) * V;
+  static constexpr int kPiecesPerRound = 64 / kWords > 2 ? 64 / kWords : 2;
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t S, F;
+  int64_t P, ppb;
+  int64_t G, tiles, ft;
+  int64_t N;
+  const State* part;
+  const int64_t* pkey;
+  OutT* out;
+  int64_t* arg;
+
+  SEGOPS_HD void operator()(int64_t tid) const {
+    const LaneSlot ls = lane_slot(tid, G, tiles, ppb, ft, V);
+    const int64_t b = ls.b, k = ls.i, f0 = ls.f0;
+    if (f0 >= F) return;
+    const int64_t* qk = pkey + b * ppb * 2;
+    const int64_t key = rd(qk + k * 2);
+    if (key < 0) return;  // no long segment holds the piece's first row
+    const int64_t s = iclamp(key - b * S, 0, S - 1);
+    const int64_t* p = indptr + bmap.offset(b);
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S), lo_raw = rd_async(p + s), hi_raw = rd_async(p + s + 1);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
+    const int64_t lo = iclamp(lo_raw, base, end), hi = iclamp(hi_raw, lo, end);
+    if (hi <= lo || (hi - 1) / P != k) return;  // the segment goes on in a later piece
+    const int64_t k0 = lo / P;
+    const State* q = part + b * ppb * 2 * F + f0;
+    State st[V];
+SEGOPS_UNROLL
+    for (int v = 0; v < V; ++v) st[v] = Op::identity();
+    for (int64_t j = k0; j <= k; j += kPiecesPerRound) {
+      State x[kPiecesPerRound][V];
+      int64_t xk[kPiecesPerRound];
+SEGOPS_UNROLL
+      for (int u = 0; u < kPiecesPerRound; ++u) {
+        const int64_t jj = imin(j + u, k);
+        const int64_t slot = jj * 2 + (jj == k0 && lo != k0 * P ? 1 : 0);
+        xk[u] = j + u <= k ? rd_async(qk + slot) : int64_t(-1);
+SEGOPS_UNROLL
+        for (int v = 0; v < V; ++v) x[u][v] = rd_async(q + slot * F + v);
+      }
+      SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+      for (int u = 0; u < kPiecesPerRound; ++u) {
+SEGOPS_UNROLL
+        for (int v = 0; v < V; ++v) {
+          if (xk[u] == key) Op::merge(st[v], x[u][v]);
+        }
+      }
+    }
+    write_results<Op, V>(st, hi - lo, N, out, arg, (b * S + s) * F + f0);
   }
 };
 
@@ -1131,12 +1300,15 @@ struct Tuning {
   // Short-segment plan (ReduceShort): F > 1 and N <= short_avg_max * S (an average segment of at most that
   // many rows); a group of lanes then owns about short_rows rows' worth of whole segments.
   int64_t short_avg_max = 16, short_rows = 64;
+  // ... and segments of more than short_long_rows rows are read in pieces of that many rows (ReduceShortPieces).
+  int64_t short_long_rows = 128;
 };
 
 struct ReducePlan {
   bool flat = false;
   bool short_segs = false;  // ReduceShort: groups own whole segments (Sg per group, gpb groups per batch)
   int64_t Sg = 0, gpb = 0;
+  int64_t P = 0, ppb = 0;   // ReduceShortPieces: rows per piece, pieces per batch (0: no segment can be long)
   int V = 1;
   int64_t G = 1, tiles = 1, ft = 1, W = 1, cpb = 0, C = 0, main_threads = 0;
   int L = 1;
@@ -1160,6 +1332,8 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
     pl.Sg = iclamp(ceil_div(t.short_rows * S, imax(N, 1)), 1, imax(1, t.short_rows));
     pl.gpb = ceil_div(S, pl.Sg);
     pl.main_threads = B * pl.gpb * pl.G * pl.tiles;
+    pl.P = imax(1, t.short_long_rows);
+    pl.ppb = N > pl.P ? ceil_div(N, pl.P) : 0;
     return pl;
   }
   if (pl.flat) {
@@ -1294,7 +1468,33 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     ex.launch(fx, 1);
     return;
   }
-  if (pl.short_segs) {  // one pass over whole segments, then publish (fx with no chunks)
+  if (pl.short_segs) {  // the pieces of long segments, one pass over whole segments, then publish (fx with no chunks)
+    State* part = nullptr;
+    int64_t* pkey = nullptr;
+    if (pl.ppb > 0) {
+      Carver cv;
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) cv = Carver{static_cast<char*>(ex.workspace(cv.off)), 0};
+        part = cv.take<State>(g.B * pl.ppb * 2 * g.F);
+        pkey = cv.take<int64_t>(g.B * pl.ppb * 2);
+      }
+    }
+    auto fill_pieces = [&](auto& k) {  // (the pieces threads of ReduceShort)
+      k.indptr = g.indptr;
+      k.bmap = g.bmap;
+      k.S = g.S;
+      k.F = g.F;
+      k.P = pl.P;
+      k.ppb = pl.ppb;
+      k.G = pl.G;
+      k.tiles = pl.tiles;
+      k.ft = pl.ft;
+      k.load = load;
+      k.N = g.N;
+      k.part = part;
+      k.pkey = pkey;
+    };
+    const int64_t piece_threads = g.B * pl.ppb * pl.G * pl.tiles;
     auto fill_short = [&](auto& k) {
       k.indptr = g.indptr;
       k.bmap = g.bmap;
@@ -1310,12 +1510,34 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
       k.out = out;
       k.arg = arg;
       k.val = ec.validate(g, pl.main_threads);
-      ex.launch(k, pl.main_threads);
+      k.long_rows = pl.ppb > 0 ? pl.P : std::numeric_limits<int64_t>::max();
+      k.piece_threads = piece_threads;
+      if (pl.ppb > 0) fill_pieces(k.pieces);
+      ex.launch(k, piece_threads + pl.main_threads);
+    };
+    auto fill_finish = [&](auto& k) {
+      k.indptr = g.indptr;
+      k.bmap = g.bmap;
+      k.S = g.S;
+      k.F = g.F;
+      k.P = pl.P;
+      k.ppb = pl.ppb;
+      k.G = pl.G;
+      k.tiles = pl.tiles;
+      k.ft = pl.ft;
+      k.N = g.N;
+      k.part = part;
+      k.pkey = pkey;
+      k.out = out;
+      k.arg = arg;
+      ex.launch(k, piece_threads);
     };
     if (pl.V > 1) {
       with_kernel<ReduceShort<Op, Load, OutT, Load::kVec>>(fill_short);
+      if (part != nullptr) with_kernel<FinishLongSegments<Op, OutT, Load::kVec>>(fill_finish);
     } else {
       with_kernel<ReduceShort<Op, Load, OutT, 1>>(fill_short);
+      if (part != nullptr) with_kernel<FinishLongSegments<Op, OutT, 1>>(fill_finish);
     }
     fx.C = 0;
     ex.launch(fx, 1);
