@@ -95,16 +95,25 @@ def test_gather_matches_cpu(case):
 
 @pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(REDUCES))
-# (rows, F, segments): merge-path plan (long segments), F = 1 block kernel, wide rows, and the short-segment
-# plan (at most 16 rows per segment on average) with vector and scalar lanes
+def _cut_indptr(rows: int, n_seg: int, g: torch.Generator, hub: bool = False) -> torch.Tensor:
+    """n_seg segments with random cut points; hub: the first holds a quarter of the rows (the short-segment
+    plan's long-segment pieces, FinishLongSegments)."""
+    start = rows // 4 if hub else 0
+    cuts = torch.randint(start, rows + 1, (n_seg - 1,), generator=g).sort().values
+    head = [0, start] if hub else [0]
+    return torch.cat([torch.tensor(head), cuts[: n_seg - len(head)], torch.tensor([rows])])
+
+
+# (rows, F, segments[, hub]): merge-path plan (long segments), F = 1 block kernel, wide rows, the short-segment
+# plan (at most 16 rows per segment on average) with vector and scalar lanes, and with one huge segment
 @pytest.mark.parametrize("shape", [(300_000, 16, 3), (2_000_000, 1, 50_000), (20_000, 300, 7),
-                                   (400_000, 16, 50_000), (300_000, 3, 100_000)])
+                                   (400_000, 16, 50_000), (300_000, 3, 100_000), (400_000, 16, 50_000, True),
+                                   (300_000, 3, 100_000, True)])
 def test_large_matches_cpu(shape, name, dtype):
-    rows, feat, n_seg = shape
+    rows, feat, n_seg, *hub = shape
     g = torch.Generator().manual_seed(rows)
     src = torch.randn(rows, feat, generator=g).to(dtype)
-    cuts = torch.randint(0, rows + 1, (n_seg - 1,), generator=g).sort().values
-    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])
+    indptr = _cut_indptr(rows, n_seg, g, bool(hub))
     cpu = REDUCES[name](src, indptr)
     gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
     if isinstance(cpu, tuple):
@@ -196,15 +205,15 @@ def test_compile_cuda(name):
     torch.testing.assert_close(compiled(src, indptr), fn(src, indptr))
 
 
-@pytest.mark.parametrize("shape", [(2_000_000, 4, 1000), (2_000_000, 1, 250_000), (400_000, 16, 50_000)],
-                         ids=["merge-path", "block-F1", "short-segments"])
+@pytest.mark.parametrize("shape", [(2_000_000, 4, 1000), (2_000_000, 1, 250_000), (400_000, 16, 50_000),
+                                   (400_000, 16, 50_000, True)],
+                         ids=["merge-path", "block-F1", "short-segments", "short-segments-hub"])
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "logsumexp", "softmax"])
 def test_determinism_run_to_run(name, shape):
-    rows, feat, n_seg = shape
+    rows, feat, n_seg, *hub = shape
     g = torch.Generator().manual_seed(4)
     src = torch.randn(rows, feat, generator=g).to(DEV)
-    cuts = torch.randint(0, rows + 1, (n_seg - 1,), generator=g).sort().values
-    indptr = torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])]).to(DEV)
+    indptr = _cut_indptr(rows, n_seg, g, bool(hub)).to(DEV)
     first = REDUCES[name](src, indptr)
     first = first if isinstance(first, tuple) else (first,)
     for _ in range(3):
