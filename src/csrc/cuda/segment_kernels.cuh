@@ -523,24 +523,28 @@ struct ReduceMain : ChunkGrid {
   }
 };
 
+// The pieces of the short-segment plan's long segments: thread tid = ((piece * tiles) + tile) * G + lane, piece k
+// of batch b covers rows [k P, (k + 1) P); lanes, tiles and features per tile as in ReduceShort.
+struct PieceGrid {
+  const int64_t* indptr;
+  BatchMap bmap;
+  int64_t S, F, N;
+  int64_t P, ppb;        // rows per piece, pieces per batch
+  int64_t G, tiles, ft;  // lanes, tiles, features per tile
+};
+
 // The first threads of the short-segment plan's pass (ReduceShort) when N > P (Tuning::short_long_rows): the
 // rows of segments longer than P (which ReduceShort's groups leave out), in pieces of P rows, read in
-// parallel with the short segments; FinishLongSegments then merges each long segment's pieces in order. Thread tid = ((piece * tiles) + tile) * G + lane; piece k of batch
-// b covers rows [k P, (k + 1) P). A segment of more than P rows never lies inside one piece, so a piece meets
+// parallel with the short segments; FinishLongSegments then merges each long segment's pieces in order.
+// A segment of more than P rows never lies inside one piece, so a piece meets
 // at most two of them: slot 0 holds the part of the one containing the piece's first row, slot 1 the part
 // of the one starting inside the piece, each with its segment (b * S + s) as key, -1 when the slot is empty.
 // Only keys are written for empty slots, and FinishLongSegments merges a slot only when its key names the
 // segment it finishes, so it never merges an unwritten state, whatever indptr holds.
-template <class Op, class Load, int V> struct ReduceShortPieces {
+template <class Op, class Load, int V> struct ReduceShortPieces : PieceGrid {
   using State = typename Op::State;
   static constexpr int kWays = 4;  // 4-ary searches: 3 probes per search and round, both searches together
-  const int64_t* indptr;
-  BatchMap bmap;
-  int64_t S, F;
-  int64_t P, ppb;        // rows per piece, pieces per batch
-  int64_t G, tiles, ft;  // lanes, tiles, features per tile
   Load load;
-  int64_t N;
   State* part;    // [B, ppb, 2, F]
   int64_t* pkey;  // [B, ppb, 2]
 
@@ -733,17 +737,11 @@ SEGOPS_UNROLL
 // ReduceShortPieces, the segment ending inside the piece) merges the segment's pieces in order and writes
 // the result: piece lo / P holds it in slot 1 unless the segment starts at that piece's first row, the later
 // pieces in slot 0. Threads as in ReduceShortPieces; a slot whose key is not the segment counts as empty.
-template <class Op, class OutT, int V> struct FinishLongSegments {
+template <class Op, class OutT, int V> struct FinishLongSegments : PieceGrid {
   using State = typename Op::State;
   // partial states in flight per lane: 64 32-bit words (the kernel has few threads; registers are cheap)
   static constexpr int kWords = static_cast<int>(sizeof(State) / 4) * V;
   static constexpr int kPiecesPerRound = 64 / kWords > 2 ? 64 / kWords : 2;
-  const int64_t* indptr;
-  BatchMap bmap;
-  int64_t S, F;
-  int64_t P, ppb;
-  int64_t G, tiles, ft;
-  int64_t N;
   const State* part;
   const int64_t* pkey;
   OutT* out;
@@ -1479,21 +1477,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
         pkey = cv.take<int64_t>(g.B * pl.ppb * 2);
       }
     }
-    auto fill_pieces = [&](auto& k) {  // (the pieces threads of ReduceShort)
-      k.indptr = g.indptr;
-      k.bmap = g.bmap;
-      k.S = g.S;
-      k.F = g.F;
-      k.P = pl.P;
-      k.ppb = pl.ppb;
-      k.G = pl.G;
-      k.tiles = pl.tiles;
-      k.ft = pl.ft;
-      k.load = load;
-      k.N = g.N;
-      k.part = part;
-      k.pkey = pkey;
-    };
+    const PieceGrid pieces{g.indptr, g.bmap, g.S, g.F, g.N, pl.P, pl.ppb, pl.G, pl.tiles, pl.ft};
     const int64_t piece_threads = g.B * pl.ppb * pl.G * pl.tiles;
     auto fill_short = [&](auto& k) {
       k.indptr = g.indptr;
@@ -1512,20 +1496,14 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
       k.val = ec.validate(g, pl.main_threads);
       k.long_rows = pl.ppb > 0 ? pl.P : std::numeric_limits<int64_t>::max();
       k.piece_threads = piece_threads;
-      if (pl.ppb > 0) fill_pieces(k.pieces);
+      static_cast<PieceGrid&>(k.pieces) = pieces;
+      k.pieces.load = load;
+      k.pieces.part = part;
+      k.pieces.pkey = pkey;
       ex.launch(k, piece_threads + pl.main_threads);
     };
     auto fill_finish = [&](auto& k) {
-      k.indptr = g.indptr;
-      k.bmap = g.bmap;
-      k.S = g.S;
-      k.F = g.F;
-      k.P = pl.P;
-      k.ppb = pl.ppb;
-      k.G = pl.G;
-      k.tiles = pl.tiles;
-      k.ft = pl.ft;
-      k.N = g.N;
+      static_cast<PieceGrid&>(k) = pieces;
       k.part = part;
       k.pkey = pkey;
       k.out = out;
