@@ -1105,23 +1105,20 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
     if (tid == 0) pub.run();
     if (tid >= C * F) return;
     const int64_t c = tid / F, f = tid - c * F;
-    // round 1: the head's key and state with the carries of the kPre chunks before (most crossing
-    // segments end within a few chunks), before the key says whether any of it is needed
+    // round 1: the head's key and the keys of the kPre chunks before (most crossing segments end within a
+    // few chunks); a chunk with no head (most chunks inside a huge segment) stops here
     constexpr int kPre = 4;
     const int64_t k = rd_async(hkey + c);
-    State acc = rd_async(head + c * F + f);
     int64_t kk[kPre];
-    State pre[kPre];
 SEGOPS_UNROLL
-    for (int u = 0; u < kPre; ++u) {
-      if (c - 1 - u >= 0) {
-        kk[u] = rd_async(key[0] + c - 1 - u);
-        pre[u] = rd_async(carry[0] + (c - 1 - u) * F + f);
-      }
-    }
+    for (int u = 0; u < kPre; ++u) kk[u] = c - 1 - u >= 0 ? rd_async(key[0] + c - 1 - u) : int64_t(-1);
     SEGOPS_TRACE_USE();
     if (k < 0) return;
-    // round 2: the segment's offsets (with the rest of the walk's first loads)
+    // round 2: the head's state, the carries of the segment among those kPre, and the segment's offsets
+    State acc = rd_async(head + c * F + f);
+    State pre[kPre];
+SEGOPS_UNROLL
+    for (int u = 0; u < kPre; ++u) pre[u] = kk[u] == k ? rd_async(carry[0] + (c - 1 - u) * F + f) : Op::identity();
     const int64_t b = k / S, s = k - b * S;
     const int64_t* p = indptr + bmap.offset(b);
     const int64_t p0 = rd_async(p), pS = rd_async(p + S), ps = rd_async(p + s), ps1 = rd_async(p + s + 1);
