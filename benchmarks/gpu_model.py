@@ -78,10 +78,16 @@ SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu",
 ELEMS = 1 << 26
 
 
-def source_hash(files=SOURCES) -> str:
+TRACER_FILES = ["tests/cuda_emulation/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
+# The kernels measured on the H100 (benchmarks/results/cuda-h100-2026-11-23.md ran commit 0533d0f): commit
+# 6bf4532 holds the same kernels plus the trace hooks. --calibrate traces them with this tree's tracer.
+CALIBRATION_COMMIT = "6bf4532"
+
+
+def source_hash(files=SOURCES, root: str = REPO) -> str:
     h = hashlib.sha256()
     for f in files:
-        with open(os.path.join(REPO, f), "rb") as fh:
+        with open(os.path.join(root, f), "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()[:16]
 
@@ -92,6 +98,30 @@ def cache_dir() -> str:
     return d
 
 
+def materialise(commit: str = CALIBRATION_COMMIT) -> str:
+    """A source root (under the cache) holding src/csrc and the sm_90 resources of `commit` and this tree's
+    tracer (TRACER_FILES): what --calibrate traces."""
+    full = subprocess.run(["git", "-C", REPO, "rev-parse", commit], capture_output=True, text=True, check=True)
+    root = os.path.join(cache_dir(), f"src-{full.stdout.strip()[:12]}-{source_hash(TRACER_FILES)}")
+    if os.path.isdir(root):
+        return root
+    tmp = f"{root}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    arc = subprocess.run(["git", "-C", REPO, "archive", commit, "src/csrc"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
+    os.makedirs(os.path.join(tmp, "tests", "cuda_emulation"))
+    for f in TRACER_FILES:
+        shutil.copy(os.path.join(REPO, f), os.path.join(tmp, f))
+    res = subprocess.run(["git", "-C", REPO, "show", f"{commit}:{os.path.relpath(RESOURCES, REPO)}"],
+                         capture_output=True, check=True).stdout
+    os.makedirs(os.path.dirname(os.path.join(tmp, os.path.relpath(RESOURCES, REPO))))
+    with open(os.path.join(tmp, os.path.relpath(RESOURCES, REPO)), "wb") as fh:
+        fh.write(res)
+    os.replace(tmp, root)
+    return root
+
+
 def torch_include() -> str:
     import importlib.util
     spec = importlib.util.find_spec("torch")
@@ -100,14 +130,15 @@ def torch_include() -> str:
 
 # ---- tracer ---------------------------------------------------------------------------------------------------
 
-def build_tracer() -> str:
-    exe = os.path.join(cache_dir(), f"trace_kernels-{source_hash()}")
+def build_tracer(root: str = REPO) -> str:
+    exe = os.path.join(cache_dir(), f"trace_kernels-{source_hash(root=root)}")
     if not os.path.exists(exe):
+        tmp = f"{exe}.{os.getpid()}.tmp"
         cmd = ["g++", "-std=c++17", "-O2", "-DSEGOPS_TRACE_ACCESSES", "-isystem", torch_include(),
-               "-I", os.path.join(REPO, "src", "csrc"), os.path.join(REPO, "tests", "cuda_emulation", "trace_kernels.cpp"),
-               "-o", exe + ".tmp"]
+               "-I", os.path.join(root, "src", "csrc"), os.path.join(root, "tests", "cuda_emulation", "trace_kernels.cpp"),
+               "-o", tmp]
         subprocess.run(cmd, check=True)
-        os.replace(exe + ".tmp", exe)
+        os.replace(tmp, exe)
     return exe
 
 
@@ -120,13 +151,13 @@ def case_indptr(dist: str, feat: int, elems: int = ELEMS):
     return rows, bench_cuda.make_indptr(rows, dist, gen)
 
 
-def trace(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS) -> list[dict]:
-    key = f"{source_hash()}-{op}-{dtype}-{dist}-{feat}-{elems}"
+def trace(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS, root: str = REPO) -> list[dict]:
+    key = f"{source_hash(root=root)}-{op}-{dtype}-{dist}-{feat}-{elems}"
     path = os.path.join(cache_dir(), key + ".json")
     if os.path.exists(path):
         with open(path) as fh:
             return json.load(fh)
-    exe = build_tracer()
+    exe = build_tracer(root)
     rows, indptr = case_indptr(dist, feat, elems)
     ipath = os.path.join(cache_dir(), f"indptr-{dist}-{feat}-{elems}.bin")
     if not os.path.exists(ipath):
@@ -134,10 +165,7 @@ def trace(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS) -> list
         tmp = f"{ipath}.{os.getpid()}.{threading.get_ident()}"
         indptr.numpy().tofile(tmp)
         os.replace(tmp, ipath)
-    n = rows
-    if op == "gather":  # the output has `rows` rows; src has one row per segment
-        n = rows
-    cp = subprocess.run([exe, op, dtype, str(feat), str(n), ipath], capture_output=True, text=True)
+    cp = subprocess.run([exe, op, dtype, str(feat), str(rows), ipath], capture_output=True, text=True)
     if cp.returncode != 0:
         raise RuntimeError(f"tracer failed for {key}: {cp.stderr[-2000:]}")
     launches = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
@@ -189,9 +217,13 @@ def compile_resources(nvcc: str) -> dict:
     return table
 
 
-def resources(refresh: bool = False) -> dict:
+def resources(refresh: bool = False, root: str = REPO) -> dict:
     """Kernel resources for the current sources: the committed file when its source hash matches, else a fresh
-    sm_90 compile (needs nvcc), else the committed file with a warning."""
+    sm_90 compile (needs nvcc), else the committed file with a warning. A materialised root (--calibrate):
+    the file committed with its kernels."""
+    if root != REPO:
+        with open(os.path.join(root, os.path.relpath(RESOURCES, REPO))) as fh:
+            return json.load(fh)["kernels"]
     want = source_hash(SOURCES[:4])
     saved = None
     if os.path.exists(RESOURCES):

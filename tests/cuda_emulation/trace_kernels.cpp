@@ -9,7 +9,8 @@
 // JSON line with, summed over the sampled warps:
 //   - instructions: a warp instruction is the k-th execution of one access site by each lane (lanes are
 //     assumed to run the same k-th access of a site together); its useful bytes and the distinct 32-byte
-//     sectors it touches give the sector efficiency;
+//     sectors it touches give the sector efficiency, the distinct 128-byte lines it touches the L1
+//     wavefronts it costs (one line's tag lookup and data per cycle per SM);
 //   - rounds: a lane's loads between two waits (a load used at once, SEGOPS_TRACE_USE, a store of loaded
 //     data) are in flight together; round k of a warp is round k of its lanes (lock step), classed by the
 //     slowest sector it needs: L1 (touched by this warp in an earlier round), L2 (touched by another
@@ -88,6 +89,8 @@ struct LaunchStats {
   std::string name;
   int64_t threads = 0, warps = 0, sampled = 0;
   double ld_useful = 0, ld_sector = 0, st_useful = 0, st_sector = 0, ld_inst = 0, st_inst = 0;
+  double ld_lines = 0, st_lines = 0;  // distinct 128-byte lines per warp instruction (L1 wavefronts)
+  double simt_inst = 0, simt_rounds = 0, lane_acc = 0;  // divergence-aware counts (simt_counts)
   double rounds[kCaps][3] = {};     // warp rounds by class (L1, L2, DRAM), per L1 capacity
   double l1_miss[kCaps] = {};       // load sectors that miss the warp's L1 share (L2 traffic)
   double max_chain[kCaps][3] = {};  // the longest sampled warp's rounds, per capacity
@@ -131,7 +134,51 @@ static std::vector<Round> rounds_of(const std::vector<Access>& acc) {
   return out;
 }
 
+// Divergence: lanes of a warp run in lock step only while they take the same path. A load used at once
+// (kind 1: an offset, typically the start of an iteration over segments) opens an "epoch"; the warp
+// issues the k-th access of a site in epoch e once for all lanes that make it (SIMT: a lane with fewer
+// rows in its segment idles while the others finish theirs). simt_inst counts those (site, e, k) warp
+// memory instructions, simt_rounds the (e, r) rounds of loads (r: waits since the epoch began) that hold a
+// load, lane_acc the accesses of all lanes (lane_acc / (32 simt_inst): lanes active per instruction).
+static void simt_counts(const Warp& w, LaunchStats& st) {
+  std::unordered_set<uint64_t> inst, rounds;
+  for (const auto& lane : w.lanes) {
+    uint64_t e = 0, r = 0;
+    std::unordered_map<uint32_t, uint32_t> occ;  // per site, within the epoch
+    bool pending = false;                         // the round holds a load
+    auto end_round = [&] {
+      if (pending) rounds.insert(e << 24 | r);
+      pending = false;
+      ++r;
+    };
+    for (const Access& a : lane) {
+      if (a.kind == 3) {
+        end_round();
+        continue;
+      }
+      st.lane_acc += 1;
+      const uint32_t sk = static_cast<uint32_t>(a.site) << 2 | static_cast<uint32_t>(a.kind == 2 ? 2 : 0);
+      inst.insert((e << 40) ^ (static_cast<uint64_t>(sk) << 16) ^ occ[sk]++);
+      if (a.kind == 2) {
+        end_round();
+      } else {
+        pending = true;
+        if (a.kind == 1) {
+          end_round();
+          ++e;
+          r = 0;
+          occ.clear();
+        }
+      }
+    }
+    end_round();
+  }
+  st.simt_inst += static_cast<double>(inst.size());
+  st.simt_rounds += static_cast<double>(rounds.size());
+}
+
 static void analyse_warp(const Warp& w, LaunchStats& st) {
+  simt_counts(w, st);
   // instructions
   // key -> the (address, bytes) of its lanes; lanes reading the same address share the bytes (broadcast)
   std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, int>>> inst;
@@ -155,11 +202,15 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
       sectors_of(Access{x.first, x.second, 0, 0}, secs);
     }
     std::sort(secs.begin(), secs.end());
-    const double n = static_cast<double>(std::unique(secs.begin(), secs.end()) - secs.begin());
+    secs.erase(std::unique(secs.begin(), secs.end()), secs.end());
+    const double n = static_cast<double>(secs.size());
+    double lines = 0;  // sectors are sorted: a new 128-byte line starts where sector / 4 changes
+    for (size_t i = 0; i < secs.size(); ++i) lines += (i == 0 || secs[i] / 4 != secs[i - 1] / 4) ? 1 : 0;
     const bool store = ((kv.first >> 32) & 3) == 2;
     (store ? st.st_useful : st.ld_useful) += useful;
     (store ? st.st_sector : st.ld_sector) += 32 * n;
     (store ? st.st_inst : st.ld_inst) += 1;
+    (store ? st.st_lines : st.ld_lines) += lines;
   }
   // every sector a memory access of this warp touches (kind 3 records are not accesses)
   const auto for_each_sector = [&w](const auto& f) {
@@ -253,10 +304,12 @@ static void print_stats(const LaunchStats& st) {
   std::printf(
       "{\"kernel\": \"%s\", \"threads\": %lld, \"warps\": %lld, \"sampled\": %lld, \"ld_useful\": %.0f, "
       "\"ld_sector\": %.0f, \"st_useful\": %.0f, \"st_sector\": %.0f, \"ld_inst\": %.0f, \"st_inst\": %.0f, "
-      "\"l1_caps\": %s], \"rounds\": %s, \"max_chain\": %s, \"l1_miss\": %s], \"n_rounds\": %.0f, "
+      "\"ld_lines\": %.0f, \"st_lines\": %.0f, \"simt_inst\": %.0f, \"simt_rounds\": %.0f, "
+      "\"lane_acc\": %.0f, \"l1_caps\": %s], \"rounds\": %s, \"max_chain\": %s, \"l1_miss\": %s], \"n_rounds\": %.0f, "
       "\"round_bytes\": %.0f, \"read_sectors\": %zu, \"written_sectors\": %zu}\n",
       st.name.c_str(), (long long)st.threads, (long long)st.warps, (long long)st.sampled, st.ld_useful, st.ld_sector,
-      st.st_useful, st.st_sector, st.ld_inst, st.st_inst, caps.c_str(), triples(st.rounds).c_str(),
+      st.st_useful, st.st_sector, st.ld_inst, st.st_inst, st.ld_lines, st.st_lines, st.simt_inst, st.simt_rounds,
+      st.lane_acc, caps.c_str(), triples(st.rounds).c_str(),
       triples(st.max_chain).c_str(), miss.c_str(), st.n_rounds, st.round_bytes, st.read.size(), st.written.size());
   std::fflush(stdout);
 }
