@@ -61,7 +61,10 @@ CLOCK = 1.755e9  # Hz, SM clock under memory-bound load (H100 boost 1.755-1.98 G
 # load-to-use latencies in cycles (fp4-site.pages.dev "GPU memory hierarchy": L1 ~30, L2 ~200, HBM ~600;
 # chipsandcheese.com measured similar); scaled by the fitted LAT_SCALE
 LAT_L1, LAT_L2, LAT_DRAM = 30.0, 200.0, 600.0
-L1_BYTES_PER_CLK = 128  # per SM (Hopper L1: 128 B/clk load bandwidth per SM)
+# L1 wavefronts: a warp load or store touching k distinct 128-byte lines takes k L1 tag / data cycles
+# (Nsight Compute "wavefronts" of l1tex; one per cycle per SM, 128 B/clk of L1 load bandwidth per SM)
+LSU_LINES_PER_CLK = 1.0
+SCHEDULERS_PER_SM = 4  # warp schedulers per SM, one warp instruction issued per cycle each (Hopper SM)
 L1_DATA_BYTES = 224 * 1024  # L1 left to data when a kernel uses no shared memory (256 KB L1 + shared per SM)
 L2_BW = 5.5e12  # B/s, L2 -> SM bandwidth (chipsandcheese.com measured ~5.5 TB/s on H100 PCIe)
 REGS_PER_SM, MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM, SMEM_PER_SM = 65536, 64, 32, 228 * 1024
@@ -69,7 +72,11 @@ THREADS_PER_BLOCK = 256  # segment_cuda.cu kThreads
 
 # Fitted on the 40 rows (python benchmarks/gpu_model.py --fit): latency scale, p of the p-norm, seconds
 # per launch.
-CALIBRATION = {"lat_scale": 2.0, "round_cycles": 800, "p": 8.0, "launch_s": 0.0}
+CALIBRATION = {"lat_scale": 2.0, "round_cycles": 800, "inst_cycles": 0.0, "p": 8.0, "launch_s": 0.0}
+
+# The error the model states for a full-size row (|predicted / measured - 1|), from the leave-one-out
+# calibration (docs/cuda.md); pairs of rows further apart than this must be ordered right.
+STATED_ERROR = 0.25
 
 MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
 RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
@@ -265,7 +272,12 @@ def resident_warps(regs: int, smem: int) -> int:
 
 # ---- time -----------------------------------------------------------------------------------------------------
 
-def launch_time(l: dict, res: dict, cal: dict) -> dict:
+TERMS = ("dram", "lat", "lsu", "l2", "issue")
+
+
+def launch_terms(l: dict, res: dict) -> dict:
+    """The calibration-free quantities of one launch: seconds of each throughput term and the cycle counts the
+    fitted constants scale (see launch_time)."""
     scale = l["warps"] / max(1, l["sampled"])
     r = res.get(_norm(l["kernel"]))
     regs, smem = (r["regs"], r["smem"]) if r else (64, 0)
@@ -275,28 +287,48 @@ def launch_time(l: dict, res: dict, cal: dict) -> dict:
     share = max(1, L1_DATA_BYTES - smem * (L1_DATA_BYTES // SMEM_PER_SM)) / warps_sm
     c = max([0] + [i for i, cap in enumerate(l["l1_caps"]) if cap <= share])
     rd, mx = l["rounds"][c], l["max_chain"][c]
-    # a round costs its load latency plus the instructions between rounds (round_cycles, fitted)
-    lat = cal["lat_scale"] * (LAT_L1 * rd[0] + LAT_L2 * rd[1] + LAT_DRAM * rd[2]) + cal["round_cycles"] * sum(rd)
-    avg_chain = lat / max(1, l["sampled"]) / CLOCK
-    max_chain = (cal["lat_scale"] * (LAT_L1 * mx[0] + LAT_L2 * mx[1] + LAT_DRAM * mx[2])
-                 + cal["round_cycles"] * sum(mx)) / CLOCK
-    waves = l["warps"] / (SMS * warps_sm)
-    t_lat = max(avg_chain * waves, max_chain)
-    t_dram = dram / COPY_BW
-    t_l1 = (l["ld_sector"] + l["st_sector"]) * scale / (SMS * L1_BYTES_PER_CLK * CLOCK)
-    t_l2 = (l["l1_miss"][c] + l["st_sector"] / 32) * 32 * scale / L2_BW
-    p = cal["p"]
-    t = (t_dram ** p + t_lat ** p + t_l1 ** p + t_l2 ** p) ** (1 / p) + cal["launch_s"]
-    rounds = l["n_rounds"]
-    return dict(kernel=l["kernel"], t=t, t_dram=t_dram, t_lat=t_lat, t_l1=t_l1, t_l2=t_l2, regs=regs, warps_sm=warps_sm,
-                dram=dram,
+    n_rd = max(1.0, sum(rd))
+    sampled = max(1, l["sampled"])
+    # a warp's rounds as the SIMT warp runs them (divergent lanes serialise), each costing the mean load
+    # latency of the lock-step rounds' classes
+    simt_rounds = l["simt_rounds"] / sampled
+    mean_lat = (LAT_L1 * rd[0] + LAT_L2 * rd[1] + LAT_DRAM * rd[2]) / n_rd
+    # waves of resident warps one after the other (Little's law); a launch with fewer warps than fit on the
+    # GPU takes at least one warp's chain
+    waves = max(1.0, l["warps"] / (SMS * warps_sm))
+    return dict(kernel=l["kernel"], regs=regs, warps_sm=warps_sm, dram=dram,
+                t_dram=dram / COPY_BW,
+                t_l2=(l["l1_miss"][c] + l["st_sector"] / 32) * 32 * scale / L2_BW,
+                t_lsu=(l["ld_lines"] + l["st_lines"]) * scale / (SMS * LSU_LINES_PER_CLK * CLOCK),
+                # cycles: waves x per-warp chain (load latency part, round part); the longest sampled warp
+                lat_cyc=waves * simt_rounds * mean_lat, round_cnt=waves * simt_rounds,
+                max_lat_cyc=LAT_L1 * mx[0] + LAT_L2 * mx[1] + LAT_DRAM * mx[2], max_round_cnt=sum(mx),
+                # warp memory instructions (divergence-aware) per scheduler
+                issue_cnt=l["simt_inst"] * scale / (SMS * SCHEDULERS_PER_SM),
                 ld_eff=l["ld_useful"] / l["ld_sector"] if l["ld_sector"] else None,
                 st_eff=l["st_useful"] / l["st_sector"] if l["st_sector"] else None,
-                inflight_sm=warps_sm * (l["round_bytes"] / rounds if rounds else 0.0))
+                inflight_sm=warps_sm * (l["round_bytes"] / l["n_rounds"] if l["n_rounds"] else 0.0))
+
+
+def launch_time(lt: dict, cal: dict) -> dict:
+    """Time of one launch: p-norm of the DRAM, latency, L1 wavefront (LSU), L2 and issue terms, plus a fixed
+    cost per launch. Latency: each round of loads costs lat_scale x its load latency (loaded-memory
+    latency) plus round_cycles (the instructions between two rounds); the longest sampled warp's chain,
+    alone on its SM, costs the unloaded latency. Issue: inst_cycles issue cycles per warp memory
+    instruction (the arithmetic around it), on 4 schedulers per SM."""
+    t_lat = max(cal["lat_scale"] * lt["lat_cyc"] + cal["round_cycles"] * lt["round_cnt"],
+                lt["max_lat_cyc"] + cal["round_cycles"] * lt["max_round_cnt"]) / CLOCK
+    t_issue = cal["inst_cycles"] * lt["issue_cnt"] / CLOCK
+    terms = dict(dram=lt["t_dram"], lat=t_lat, lsu=lt["t_lsu"], l2=lt["t_l2"], issue=t_issue)
+    p = cal["p"]
+    t = sum(v ** p for v in terms.values()) ** (1 / p) + cal["launch_s"]
+    out = dict(lt)
+    out.update(t=t, **{"t_" + k: v for k, v in terms.items()})
+    return out
 
 
 def predict(launches: list[dict], res: dict, cal: dict) -> tuple[float, list[dict]]:
-    parts = [launch_time(l, res, cal) for l in launches]
+    parts = [launch_time(launch_terms(l, res), cal) for l in launches]
     return sum(p["t"] for p in parts), parts
 
 
@@ -380,17 +412,52 @@ def discordant_pairs(pred: list[float], meas: list[float], tol: float = 0.0) -> 
     return bad, total
 
 
-def fit(traces: list[list[dict]], meas: list[float], res: dict) -> dict:
-    best = None
-    for ls in [0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0]:
-        for rc in [0, 25, 50, 100, 200, 400, 800]:
-            for p in [1.0, 1.5, 2.0, 3.0, 4.0, 8.0]:
-                for launch in [0.0, 2e-6, 4e-6, 8e-6]:
-                    cal = {"lat_scale": ls, "round_cycles": rc, "p": p, "launch_s": launch}
-                    err = sum(math.log(predict(t, res, cal)[0] / m) ** 2 for t, m in zip(traces, meas))
-                    if best is None or err < best[0]:
-                        best = (err, cal)
-    return best[1]
+FIT_GRID = {"lat_scale": [0.5, 0.75, 1.0, 1.5, 2.0, 3.0], "round_cycles": [0, 25, 50, 100, 200, 400],
+            "inst_cycles": [0, 2, 4, 8, 16, 32, 64], "p": [1.0, 1.5, 2.0, 3.0, 4.0, 8.0],
+            "launch_s": [0.0, 2e-6, 4e-6, 8e-6]}
+
+
+def grid_predictions(traces: list[list[dict]], res: dict, grid: dict = FIT_GRID):
+    """(calibrations, times[row, calibration]) over the whole grid (numpy)."""
+    import itertools
+    import numpy as np
+    cals = [dict(zip(grid, v)) for v in itertools.product(*grid.values())]
+    col = {k: np.array([c[k] for c in cals], dtype=float) for k in grid}
+    times = np.zeros((len(traces), len(cals)))
+    for i, tr in enumerate(traces):
+        for l in tr:
+            lt = launch_terms(l, res)
+            lat = np.maximum(col["lat_scale"] * lt["lat_cyc"] + col["round_cycles"] * lt["round_cnt"],
+                             lt["max_lat_cyc"] + col["round_cycles"] * lt["max_round_cnt"]) / CLOCK
+            terms = [np.full(len(cals), lt["t_dram"]), lat, np.full(len(cals), lt["t_lsu"]),
+                     np.full(len(cals), lt["t_l2"]), col["inst_cycles"] * lt["issue_cnt"] / CLOCK]
+            times[i] += sum(t ** col["p"] for t in terms) ** (1 / col["p"]) + col["launch_s"]
+    return cals, times
+
+
+def fit_index(times, meas: list[float], rows=None) -> int:
+    """The grid calibration minimising the squared log error over `rows` (default: all)."""
+    import numpy as np
+    rows = list(range(len(meas))) if rows is None else rows
+    err = (np.log(times[rows]) - np.log(np.array(meas)[rows])[:, None]) ** 2
+    return int(err.sum(axis=0).argmin())
+
+
+def leave_one_out(times, meas: list[float]) -> list[float]:
+    """Each row predicted by the calibration fitted on the other rows."""
+    return [float(times[i, fit_index(times, meas, [j for j in range(len(meas)) if j != i])])
+            for i in range(len(meas))]
+
+
+def error_summary(preds: list[float], meas: list[float], tol: float) -> str:
+    errs = [abs(p / m - 1) for p, m in zip(preds, meas)]
+    bad, tot = discordant_pairs(preds, meas)
+    bad10, tot10 = discordant_pairs(preds, meas, math.log(1.10))
+    badt, tott = discordant_pairs(preds, meas, math.log(1 + tol))
+    return (f"mean |error| {100 * sum(errs) / len(errs):.0f}%, max {100 * max(errs):.0f}%, rows within 25%: "
+            f"{sum(e <= 0.25 for e in errs)}/{len(errs)}; Spearman {spearman(preds, meas):.3f}; pairs ordered "
+            f"differently {bad}/{tot} (of pairs > 10% apart when measured: {bad10}/{tot10}; > {100 * tol:.0f}% "
+            f"apart: {badt}/{tott})")
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
@@ -412,6 +479,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     ap.add_argument("--against", default=MEASURED, help="measured bench_cuda.py markdown to compare with")
     ap.add_argument("--fit", action="store_true", help="refit the calibration constants on the measured rows")
+    ap.add_argument("--calibrate", action="store_true",
+                    help=f"trace the kernels of commit {CALIBRATION_COMMIT} (the ones measured) with this tree's "
+                         "tracer, fit on the measured rows, print the fit and its leave-one-out errors")
     ap.add_argument("--kernels", action="store_true", help="per-launch details")
     ap.add_argument("--refresh-resources", action="store_true", help="recompile for ptxas -v even if cached")
     ap.add_argument("--markdown", default=None)
@@ -419,23 +489,35 @@ def main(argv=None) -> int:
     ap.add_argument("--elems", type=int, default=ELEMS, help="elements per input (bench_cuda.py: 2^26, --quick 2^22)")
     a = ap.parse_args(argv)
 
+    root = REPO
+    if a.calibrate:
+        root = materialise()
+        a.fit = True
+        print(f"calibration: kernels of {CALIBRATION_COMMIT} in {root}")
     meas = {(r["dist"], r["feat"], r["dtype"], r["op"]): r for r in measured_rows(a.against)} if a.against else {}
     ops = a.ops or (sorted({k[3] for k in meas}) if meas else ["sum", "softmax"])
     cases = [(op, dt, d, f) for d in a.dists for f in a.features for dt in a.dtypes for op in ops]
-    res = resources(a.refresh_resources)
-    build_tracer()
+    if a.calibrate:
+        cases = [c for c in cases if (c[2], c[3], c[1], c[0]) in meas]
+    res = resources(a.refresh_resources, root)
+    build_tracer(root)
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        traces = list(pool.map(lambda c: trace(*c, elems=a.elems), cases))
+        traces = list(pool.map(lambda c: trace(*c, elems=a.elems, root=root), cases))
 
     cal = dict(CALIBRATION)
     with_meas = [i for i, c in enumerate(cases) if (c[2], c[3], c[1], c[0]) in meas]
+    mt = [meas[(cases[i][2], cases[i][3], cases[i][1], cases[i][0])]["t"] for i in with_meas]
+    loo = None
     if a.fit and with_meas:
-        cal = fit([traces[i] for i in with_meas], [meas[(cases[i][2], cases[i][3], cases[i][1], cases[i][0])]["t"]
-                                                   for i in with_meas], res)
+        cals, times = grid_predictions([traces[i] for i in with_meas], res)
+        cal = cals[fit_index(times, mt)]
+        loo = leave_one_out(times, mt)
         print(f"fitted calibration: {cal}")
 
     head = ["dist", "F", "dtype", "op", "predicted", "% of copy (pred.)", "measured", "% of copy (meas.)", "error",
             "vs torch.segment_reduce (pred.)", "ld sector eff.", "bytes in flight / SM", "bound by"]
+    if loo:
+        head.insert(9, "error (leave-one-out)")
     lines = []
     preds, ms = [], []
     for c, tr in zip(cases, traces):
@@ -444,23 +526,25 @@ def main(argv=None) -> int:
         nb = case_bytes(op, dt, d, f, a.elems)
         m = meas.get((d, f, dt, op))
         main_k = max(parts, key=lambda p: p["t"])
-        bound = max(("DRAM", main_k["t_dram"]), ("latency", main_k["t_lat"]), ("L1", main_k["t_l1"]),
-                    ("L2", main_k["t_l2"]), key=lambda x: x[1])[0]
+        bound = max(TERMS, key=lambda k: main_k["t_" + k])
         srt = m["segment_reduce"] if m else None
         eff = sum(p["ld_eff"] * p["dram"] for p in parts if p["ld_eff"]) / max(1, sum(p["dram"] for p in parts if p["ld_eff"]))
         row = [d, str(f), dt, op, fmt_t(t), f"{100 * nb / t / COPY_BW:.0f}%",
                fmt_t(m["t"]) if m else "-", f"{m['pct']:.0f}%" if m else "-",
                f"{100 * (t / m['t'] - 1):+.0f}%" if m else "-",
                f"{srt / t:.2f}x" if srt else "-", f"{100 * eff:.0f}%",
-               f"{main_k['inflight_sm'] / 1024:.1f} KiB", bound]
+               f"{main_k['inflight_sm'] / 1024:.1f} KiB", {"lat": "latency", "lsu": "L1 wavefronts"}.get(bound, bound)]
+        if loo:
+            row.insert(9, f"{100 * (loo[len(preds)] / m['t'] - 1):+.0f}%" if m else "-")
         lines.append(row)
         if m:
             preds.append(t)
             ms.append(m["t"])
         if a.kernels:
             for p in parts:
-                print(f"    {short_kernel(p['kernel'])}: {fmt_t(p['t'])} (DRAM {fmt_t(p['t_dram'])}, latency "
-                      f"{fmt_t(p['t_lat'])}, L1 {fmt_t(p['t_l1'])}, L2 {fmt_t(p['t_l2'])}), regs {p['regs']}, {p['warps_sm']} warps/SM, "
+                print(f"    {short_kernel(p['kernel'])}: {fmt_t(p['t'])} (" +
+                      ", ".join(f"{k} {fmt_t(p['t_' + k])}" for k in TERMS) +
+                      f"), regs {p['regs']}, {p['warps_sm']} warps/SM, "
                       f"ld eff {100 * (p['ld_eff'] or 0):.0f}%, st eff {100 * (p['st_eff'] or 0):.0f}%, "
                       f"in flight {p['inflight_sm'] / 1024:.1f} KiB/SM")
     widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)]
@@ -469,13 +553,9 @@ def main(argv=None) -> int:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
     summary = ""
     if preds:
-        errs = [abs(p / m - 1) for p, m in zip(preds, ms)]
-        bad, tot = discordant_pairs(preds, ms)
-        bad10, tot10 = discordant_pairs(preds, ms, math.log(1.10))
-        summary = (f"calibration {cal}; {len(preds)} measured rows: mean |error| {100 * sum(errs) / len(errs):.0f}%, "
-                   f"max {100 * max(errs):.0f}%, rows within 25%: {sum(e <= 0.25 for e in errs)}/{len(errs)}; "
-                   f"Spearman rank correlation {spearman(preds, ms):.3f}; pairs ordered differently {bad}/{tot} "
-                   f"(of pairs > 10% apart when measured: {bad10}/{tot10})")
+        summary = f"calibration {cal}; {len(preds)} measured rows: {error_summary(preds, ms, STATED_ERROR)}"
+        if loo:
+            summary += f"\nleave-one-out (each row predicted by the fit on the other rows): {error_summary(loo, ms, STATED_ERROR)}"
         print(summary)
     if a.markdown:
         with open(a.markdown, "w") as fh:
@@ -483,7 +563,7 @@ def main(argv=None) -> int:
             for r in lines:
                 fh.write("| " + " | ".join(r) + " |\n")
             if summary:
-                fh.write("\n" + summary + "\n")
+                fh.write("\n" + summary.replace("\n", "\n\n") + "\n")
     return 0
 
 

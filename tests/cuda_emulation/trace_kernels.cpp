@@ -14,7 +14,8 @@
 //   - rounds: a lane's loads between two waits (a load used at once, SEGOPS_TRACE_USE, a store of loaded
 //     data) are in flight together; round k of a warp is round k of its lanes (lock step), classed by the
 //     slowest sector it needs: L1 (touched by this warp in an earlier round), L2 (touched by another
-//     sampled warp of this launch), DRAM (otherwise);
+//     sampled warp of this launch, or written by an earlier launch whose writes fit in L2), DRAM
+//     (otherwise);
 //   - distinct sectors read and written by the sampled warps (the DRAM traffic estimate).
 // Block kernels (launch_blocks) run a block's threads phase by phase (fibers, block_emulation.h); a warp
 // is 32 consecutive threads of a block, its lanes' accesses recorded in program order.
@@ -52,8 +53,24 @@ struct Access {
 
 static std::vector<Access>* g_lane = nullptr;  // the lane being recorded, or nullptr
 
+// Sectors written by earlier launches of this op (every thread, not only sampled ones) whose writes fit in
+// half the H100's 50 MB L2: a later launch finds them in L2, not DRAM (carries, partial states, the
+// logsumexp a softmax reads back). g_launch_written collects the current launch's; past the cap it is
+// dropped (the launch wrote too much for its data to stay in L2).
+constexpr size_t kL2ResidentSectors = (25u << 20) / 32;
+static std::unordered_set<uint64_t> g_resident, g_launch_written;
+static bool g_launch_overflow = false;
+
 void segops_trace_access(const void* p, int bytes, int kind, int site) {
   if (g_lane != nullptr) g_lane->push_back({reinterpret_cast<uint64_t>(p), bytes, kind, site});
+  if (kind == 2 && !g_launch_overflow) {
+    const uint64_t a = reinterpret_cast<uint64_t>(p);
+    for (uint64_t s = a / 32; s <= (a + bytes - 1) / 32; ++s) g_launch_written.insert(s);
+    if (g_launch_written.size() > kL2ResidentSectors) {
+      g_launch_overflow = true;
+      g_launch_written.clear();
+    }
+  }
 }
 void segops_trace_use() {
   if (g_lane != nullptr) g_lane->push_back({0, 0, 3, 0});
@@ -134,8 +151,8 @@ static std::vector<Round> rounds_of(const std::vector<Access>& acc) {
   return out;
 }
 
-// Divergence: lanes of a warp run in lock step only while they take the same path. A load used at once
-// (kind 1: an offset, typically the start of an iteration over segments) opens an "epoch"; the warp
+// Divergence: lanes of a warp run in lock step only while they take the same path. A run of loads used at
+// once (kind 1: offsets, typically the start of an iteration over segments or rows) opens an "epoch"; the warp
 // issues the k-th access of a site in epoch e once for all lanes that make it (SIMT: a lane with fewer
 // rows in its segment idles while the others finish theirs). simt_inst counts those (site, e, k) warp
 // memory instructions, simt_rounds the (e, r) rounds of loads (r: waits since the epoch began) that hold a
@@ -146,6 +163,7 @@ static void simt_counts(const Warp& w, LaunchStats& st) {
     uint64_t e = 0, r = 0;
     std::unordered_map<uint32_t, uint32_t> occ;  // per site, within the epoch
     bool pending = false;                         // the round holds a load
+    bool in_run = false;                          // the previous access was a kind-1 load
     auto end_round = [&] {
       if (pending) rounds.insert(e << 24 | r);
       pending = false;
@@ -157,18 +175,20 @@ static void simt_counts(const Warp& w, LaunchStats& st) {
         continue;
       }
       st.lane_acc += 1;
+      if (a.kind == 1 && !in_run) {
+        end_round();
+        ++e;
+        r = 0;
+        occ.clear();
+      }
+      in_run = a.kind == 1;
       const uint32_t sk = static_cast<uint32_t>(a.site) << 2 | static_cast<uint32_t>(a.kind == 2 ? 2 : 0);
       inst.insert((e << 40) ^ (static_cast<uint64_t>(sk) << 16) ^ occ[sk]++);
       if (a.kind == 2) {
         end_round();
       } else {
         pending = true;
-        if (a.kind == 1) {
-          end_round();
-          ++e;
-          r = 0;
-          occ.clear();
-        }
+        if (a.kind == 1) end_round();
       }
     }
     end_round();
@@ -225,7 +245,10 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     }
   };
   // distinct sectors
-  for_each_sector([&st](const Access& a, uint64_t x) { (a.kind == 2 ? st.written : st.read).insert(x); });
+  for_each_sector([&st](const Access& a, uint64_t x) {
+    if (a.kind == 2) st.written.insert(x);
+    else if (!g_resident.count(x)) st.read.insert(x);
+  });
   // rounds, in lock step
   std::vector<Round> lr[32];
   size_t k_max = 0;
@@ -250,7 +273,7 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     std::sort(secs.begin(), secs.end());
     secs.erase(std::unique(secs.begin(), secs.end()), secs.end());
     for (uint64_t s : secs) {
-      const int far = (warp_seen.count(s) || st.seen.count(s)) ? 1 : 2;
+      const int far = (warp_seen.count(s) || st.seen.count(s) || g_resident.count(s)) ? 1 : 2;
       for (int c = 0; c < kCaps; ++c) {
         const int x = l1[c].has(s) ? 0 : far;
         if (x > 0) st.l1_miss[c] += 1;
@@ -295,7 +318,16 @@ static std::string triples(const double (&x)[kCaps][3]) {
   return s + "]";
 }
 
+// The launch is over: what it wrote (if it fits) joins the L2-resident sectors of the next launches.
+static void end_launch() {
+  if (!g_launch_overflow) g_resident.insert(g_launch_written.begin(), g_launch_written.end());
+  if (g_resident.size() > kL2ResidentSectors) g_resident.clear();
+  g_launch_written.clear();
+  g_launch_overflow = false;
+}
+
 static void print_stats(const LaunchStats& st) {
+  end_launch();
   std::string caps = "[", miss = "[";
   for (int c = 0; c < kCaps; ++c) {
     caps += (c ? ", " : "") + std::to_string(kCapBytes[c]);
