@@ -1,8 +1,9 @@
 """Memory-access model of the CUDA kernels: predicted H100 times without a GPU.
 
-    python benchmarks/gpu_model.py                      # calibration table: model vs the recorded H100 rows
+    python benchmarks/gpu_model.py --calibrate          # the calibration: old kernels vs the recorded H100 rows
+    python benchmarks/gpu_model.py                      # the current kernels' predictions next to those rows
     python benchmarks/gpu_model.py --ops sum --dists uniform --features 1 16   # predictions only
-    python benchmarks/gpu_model.py --markdown out.md    # also write the tables as markdown
+    python benchmarks/gpu_model.py --markdown out.md    # also write the table as markdown
     python benchmarks/gpu_model.py --against benchmarks/results/<run>.md   # compare with another measured run
 
 What it does, per benchmark case (the inputs of benchmarks/bench_cuda.py: same distributions, seed and
@@ -12,24 +13,31 @@ sizes, 2^26 elements):
    drivers and kernels of src/csrc/cuda/segment_kernels.cuh on the CPU and records, for a sample of
    warps, every global load and store (address, bytes, access site). Per launch it reports
    - sector efficiency: useful bytes / (32 x distinct 32-byte sectors) of each warp instruction (the
-     k-th execution of an access site by the 32 lanes);
+     k-th execution of an access site by the 32 lanes), and the distinct 128-byte lines of each (L1
+     wavefronts);
    - rounds: a lane's loads between two waits (a load whose value is used at once, such as an offset,
      an explicit SEGOPS_TRACE_USE, a store of loaded data) are in flight together; a warp's round is
-     classed L1 / L2 / DRAM by the slowest sector it needs;
+     classed L1 / L2 / DRAM by the slowest sector it needs (data written by an earlier launch of the op
+     that fits in L2: L2);
+   - divergence: warp memory instructions and rounds as a SIMT warp runs them (lanes aligned per
+     "epoch", an iteration that starts with offset loads; a lane with less work in an epoch idles);
    - the distinct sectors read and written (DRAM traffic).
 2. Occupancy from the real compiled kernel: `nvcc -cubin -arch=sm_90 -Xptxas -v` of segment_cuda.cu
    (registers per thread, shared memory per block) -> resident warps per SM.
-3. Time per launch: the larger of
-   - DRAM time = DRAM bytes / COPY_BW,
-   - latency time (Little's law) = average warp chain (sum of its round latencies) x warps /
-     (SMS x resident warps per SM), at least the longest sampled warp's chain,
-   - L1 time = sector requests x 32 B / (SMS x L1_BYTES_PER_CLK x CLOCK),
-   combined as a p-norm (p fitted), plus a fixed cost per launch (fitted). "Bytes in flight per SM" =
-   resident warps x bytes loaded per warp round.
-   Calibrated on the 40 full-size rows of benchmarks/results/cuda-h100-2026-11-23.md (segment sum and
-   softmax, float32 and bfloat16, F = 1 / 16 / 64 / 256, uniform / power-law / few-huge), measured with
-   the kernels of commit 0533d0f; the fitted constants are below (CALIBRATION) and docs/cuda.md gives
-   the fit.
+3. Time per launch: p-norm of five terms, plus a fixed cost per launch:
+   - DRAM = DRAM bytes / COPY_BW;
+   - latency (Little's law) = waves of resident warps x SIMT rounds per warp x (lat_scale x mean load
+     latency of its rounds + round_cycles), at least the longest sampled warp's chain at unloaded
+     latency;
+   - L1 wavefronts = lsu_cycles x distinct 128-byte lines of all warp instructions / (SMS x CLOCK);
+   - L2 = (L1 misses + stores) x 32 B / L2_BW;
+   - issue = warp memory instructions (SIMT) x inst_cycles / (SMS x 4 schedulers x CLOCK).
+   `--calibrate` traces the kernels measured on the H100 (commit 6bf4532 = the measured 0533d0f plus
+   trace hooks, materialised from git under the cache with this tree's tracer), fits lat_scale,
+   round_cycles, inst_cycles, lsu_cycles, p and the launch cost (grid search, squared log error) on the 40
+   full-size rows of benchmarks/results/cuda-h100-2026-11-23.md and reports the leave-one-out errors
+   (each row predicted by the fit on the other 39). The constants are below (CALIBRATION); docs/cuda.md
+   gives the fit.
 
 Traces are cached under $GPU_MODEL_CACHE (default ~/.cache/torch_segops_gpu_model), keyed by the kernel
 sources; the first full run takes a few minutes on 2 cores.
@@ -72,7 +80,7 @@ THREADS_PER_BLOCK = 256  # segment_cuda.cu kThreads
 
 # Fitted on the 40 rows (python benchmarks/gpu_model.py --fit): latency scale, p of the p-norm, seconds
 # per launch.
-CALIBRATION = {"lat_scale": 2.0, "round_cycles": 800, "inst_cycles": 0.0, "p": 8.0, "launch_s": 0.0}
+CALIBRATION = {"lat_scale": 2.5, "round_cycles": 400, "inst_cycles": 64, "lsu_cycles": 2, "p": 4.0, "launch_s": 0.0}
 
 # The error the model states for a full-size row (|predicted / measured - 1|), from the leave-one-out
 # calibration (docs/cuda.md); pairs of rows further apart than this must be ordered right.
@@ -312,14 +320,14 @@ def launch_terms(l: dict, res: dict) -> dict:
 
 def launch_time(lt: dict, cal: dict) -> dict:
     """Time of one launch: p-norm of the DRAM, latency, L1 wavefront (LSU), L2 and issue terms, plus a fixed
-    cost per launch. Latency: each round of loads costs lat_scale x its load latency (loaded-memory
-    latency) plus round_cycles (the instructions between two rounds); the longest sampled warp's chain,
-    alone on its SM, costs the unloaded latency. Issue: inst_cycles issue cycles per warp memory
-    instruction (the arithmetic around it), on 4 schedulers per SM."""
+    cost per launch. Latency: each round of loads costs lat_scale x its load latency (latency under load)
+    plus round_cycles (the instructions between two rounds), for the mean warp over the waves and for the
+    longest sampled warp. L1 wavefronts: lsu_cycles per 128-byte line a warp instruction touches. Issue:
+    inst_cycles issue cycles per warp memory instruction (the arithmetic around it), 4 schedulers per SM."""
     t_lat = max(cal["lat_scale"] * lt["lat_cyc"] + cal["round_cycles"] * lt["round_cnt"],
-                lt["max_lat_cyc"] + cal["round_cycles"] * lt["max_round_cnt"]) / CLOCK
+                cal["lat_scale"] * lt["max_lat_cyc"] + cal["round_cycles"] * lt["max_round_cnt"]) / CLOCK
     t_issue = cal["inst_cycles"] * lt["issue_cnt"] / CLOCK
-    terms = dict(dram=lt["t_dram"], lat=t_lat, lsu=lt["t_lsu"], l2=lt["t_l2"], issue=t_issue)
+    terms = dict(dram=lt["t_dram"], lat=t_lat, lsu=cal["lsu_cycles"] * lt["t_lsu"], l2=lt["t_l2"], issue=t_issue)
     p = cal["p"]
     t = sum(v ** p for v in terms.values()) ** (1 / p) + cal["launch_s"]
     out = dict(lt)
@@ -395,7 +403,7 @@ def spearman(a: list[float], b: list[float]) -> float:
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
     va = math.sqrt(sum((x - ma) ** 2 for x in ra))
     vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
-    return cov / (va * vb)
+    return cov / (va * vb) if va * vb > 0 else float("nan")
 
 
 def discordant_pairs(pred: list[float], meas: list[float], tol: float = 0.0) -> tuple[int, int]:
@@ -412,9 +420,9 @@ def discordant_pairs(pred: list[float], meas: list[float], tol: float = 0.0) -> 
     return bad, total
 
 
-FIT_GRID = {"lat_scale": [0.5, 0.75, 1.0, 1.5, 2.0, 3.0], "round_cycles": [0, 25, 50, 100, 200, 400],
-            "inst_cycles": [0, 2, 4, 8, 16, 32, 64], "p": [1.0, 1.5, 2.0, 3.0, 4.0, 8.0],
-            "launch_s": [0.0, 2e-6, 4e-6, 8e-6]}
+FIT_GRID = {"lat_scale": [1.0, 1.5, 2.0, 2.5, 3.0, 4.0], "round_cycles": [0, 100, 200, 400, 600, 800],
+            "inst_cycles": [0, 16, 32, 64, 128], "lsu_cycles": [1, 2, 4, 8], "p": [1.5, 2.0, 3.0, 4.0, 8.0],
+            "launch_s": [0.0, 2e-6, 4e-6]}
 
 
 def grid_predictions(traces: list[list[dict]], res: dict, grid: dict = FIT_GRID):
@@ -428,8 +436,8 @@ def grid_predictions(traces: list[list[dict]], res: dict, grid: dict = FIT_GRID)
         for l in tr:
             lt = launch_terms(l, res)
             lat = np.maximum(col["lat_scale"] * lt["lat_cyc"] + col["round_cycles"] * lt["round_cnt"],
-                             lt["max_lat_cyc"] + col["round_cycles"] * lt["max_round_cnt"]) / CLOCK
-            terms = [np.full(len(cals), lt["t_dram"]), lat, np.full(len(cals), lt["t_lsu"]),
+                             col["lat_scale"] * lt["max_lat_cyc"] + col["round_cycles"] * lt["max_round_cnt"]) / CLOCK
+            terms = [np.full(len(cals), lt["t_dram"]), lat, col["lsu_cycles"] * lt["t_lsu"],
                      np.full(len(cals), lt["t_l2"]), col["inst_cycles"] * lt["issue_cnt"] / CLOCK]
             times[i] += sum(t ** col["p"] for t in terms) ** (1 / col["p"]) + col["launch_s"]
     return cals, times

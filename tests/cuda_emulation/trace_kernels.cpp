@@ -80,21 +80,32 @@ static void sectors_of(const Access& a, std::vector<uint64_t>& out) {
   for (uint64_t s = a.addr / 32; s <= (a.addr + a.bytes - 1) / 32; ++s) out.push_back(s);
 }
 
-// The L1 share of a warp: an LRU of 32-byte sectors. The model picks the capacity that matches the
-// kernel's resident warps per SM (L1 bytes / warps), so every capacity below is simulated at once.
+// The L1 share of a warp: an LRU of 128-byte lines (the L1 keeps one tag per line and fills it sector by
+// sector: a sector hits if its line is resident and the sector was filled since the line came in). 32
+// lanes streaming from 32 places hold 32 lines even when each needs only one sector of its line. The model
+// picks the capacity that matches the kernel's resident warps per SM (L1 bytes / warps), so every capacity
+// below is simulated at once.
 constexpr int kCaps = 7;
 constexpr int64_t kCapBytes[kCaps] = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
 
 struct Lru {
-  size_t cap = 0;
-  std::list<uint64_t> order;  // most recent first
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
-  bool has(uint64_t s) const { return where.count(s) != 0; }
+  size_t cap = 0;  // lines
+  std::list<uint64_t> order;  // lines, most recent first
+  std::unordered_map<uint64_t, std::pair<std::list<uint64_t>::iterator, unsigned>> where;  // line -> (pos, sectors)
+  bool has(uint64_t s) const {
+    auto it = where.find(s / 4);
+    return it != where.end() && (it->second.second >> (s % 4) & 1u) != 0;
+  }
   void touch(uint64_t s) {
-    auto it = where.find(s);
-    if (it != where.end()) order.erase(it->second);
-    order.push_front(s);
-    where[s] = order.begin();
+    const uint64_t line = s / 4;
+    unsigned bits = 0;
+    auto it = where.find(line);
+    if (it != where.end()) {
+      bits = it->second.second;
+      order.erase(it->second.first);
+    }
+    order.push_front(line);
+    where[line] = {order.begin(), bits | 1u << (s % 4)};
     if (order.size() > cap) {
       where.erase(order.back());
       order.pop_back();
@@ -257,7 +268,7 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     k_max = std::max(k_max, lr[l].size());
   }
   Lru l1[kCaps];
-  for (int c = 0; c < kCaps; ++c) l1[c].cap = static_cast<size_t>(kCapBytes[c] / 32);
+  for (int c = 0; c < kCaps; ++c) l1[c].cap = static_cast<size_t>(kCapBytes[c] / 128);
   std::unordered_set<uint64_t> warp_seen;  // touched by this warp (then in L2 at least)
   double chain[kCaps][3] = {};
   for (size_t k = 0; k < k_max; ++k) {
