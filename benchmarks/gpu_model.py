@@ -84,7 +84,7 @@ CALIBRATION = {"lat_scale": 2.5, "round_cycles": 400, "inst_cycles": 64, "lsu_cy
 
 # The error the model states for a full-size row (|predicted / measured - 1|), from the leave-one-out
 # calibration (docs/cuda.md); pairs of rows further apart than this must be ordered right.
-STATED_ERROR = 0.25
+STATED_ERROR = 0.40
 
 MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
 RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
@@ -462,10 +462,16 @@ def error_summary(preds: list[float], meas: list[float], tol: float) -> str:
     bad, tot = discordant_pairs(preds, meas)
     bad10, tot10 = discordant_pairs(preds, meas, math.log(1.10))
     badt, tott = discordant_pairs(preds, meas, math.log(1 + tol))
+    # the widest measured gap between two rows the model orders the other way
+    gap = max([abs(math.log(meas[i] / meas[j])) for i in range(len(meas)) for j in range(i + 1, len(meas))
+               if (preds[i] - preds[j]) * (meas[i] - meas[j]) < 0] + [0.0])
+    errs_sorted = sorted(errs)
+    p90 = errs_sorted[min(len(errs) - 1, int(math.ceil(0.9 * len(errs))) - 1)]
     return (f"mean |error| {100 * sum(errs) / len(errs):.0f}%, max {100 * max(errs):.0f}%, rows within 25%: "
             f"{sum(e <= 0.25 for e in errs)}/{len(errs)}; Spearman {spearman(preds, meas):.3f}; pairs ordered "
             f"differently {bad}/{tot} (of pairs > 10% apart when measured: {bad10}/{tot10}; > {100 * tol:.0f}% "
-            f"apart: {badt}/{tott})")
+            f"apart: {badt}/{tott}); every pair more than {100 * (math.exp(gap) - 1):.0f}% apart ordered right; "
+            f"90th percentile of |error| {100 * p90:.0f}%")
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
