@@ -1,8 +1,9 @@
 """Memory-access model of the CUDA kernels: predicted H100 times without a GPU.
 
-    python benchmarks/gpu_model.py                      # calibration table: model vs the recorded H100 rows
+    python benchmarks/gpu_model.py --calibrate          # the calibration: old kernels vs the recorded H100 rows
+    python benchmarks/gpu_model.py                      # the current kernels' predictions next to those rows
     python benchmarks/gpu_model.py --ops sum --dists uniform --features 1 16   # predictions only
-    python benchmarks/gpu_model.py --markdown out.md    # also write the tables as markdown
+    python benchmarks/gpu_model.py --markdown out.md    # also write the table as markdown
     python benchmarks/gpu_model.py --against benchmarks/results/<run>.md   # compare with another measured run
 
 What it does, per benchmark case (the inputs of benchmarks/bench_cuda.py: same distributions, seed and
@@ -12,24 +13,31 @@ sizes, 2^26 elements):
    drivers and kernels of src/csrc/cuda/segment_kernels.cuh on the CPU and records, for a sample of
    warps, every global load and store (address, bytes, access site). Per launch it reports
    - sector efficiency: useful bytes / (32 x distinct 32-byte sectors) of each warp instruction (the
-     k-th execution of an access site by the 32 lanes);
+     k-th execution of an access site by the 32 lanes), and the distinct 128-byte lines of each (L1
+     wavefronts);
    - rounds: a lane's loads between two waits (a load whose value is used at once, such as an offset,
      an explicit SEGOPS_TRACE_USE, a store of loaded data) are in flight together; a warp's round is
-     classed L1 / L2 / DRAM by the slowest sector it needs;
+     classed L1 / L2 / DRAM by the slowest sector it needs (data written by an earlier launch of the op
+     that fits in L2: L2);
+   - divergence: warp memory instructions and rounds as a SIMT warp runs them (lanes aligned per
+     "epoch", an iteration that starts with offset loads; a lane with less work in an epoch idles);
    - the distinct sectors read and written (DRAM traffic).
 2. Occupancy from the real compiled kernel: `nvcc -cubin -arch=sm_90 -Xptxas -v` of segment_cuda.cu
    (registers per thread, shared memory per block) -> resident warps per SM.
-3. Time per launch: the larger of
-   - DRAM time = DRAM bytes / COPY_BW,
-   - latency time (Little's law) = average warp chain (sum of its round latencies) x warps /
-     (SMS x resident warps per SM), at least the longest sampled warp's chain,
-   - L1 time = sector requests x 32 B / (SMS x L1_BYTES_PER_CLK x CLOCK),
-   combined as a p-norm (p fitted), plus a fixed cost per launch (fitted). "Bytes in flight per SM" =
-   resident warps x bytes loaded per warp round.
-   Calibrated on the 40 full-size rows of benchmarks/results/cuda-h100-2026-11-23.md (segment sum and
-   softmax, float32 and bfloat16, F = 1 / 16 / 64 / 256, uniform / power-law / few-huge), measured with
-   the kernels of commit 0533d0f; the fitted constants are below (CALIBRATION) and docs/cuda.md gives
-   the fit.
+3. Time per launch: p-norm of five terms, plus a fixed cost per launch:
+   - DRAM = DRAM bytes / COPY_BW;
+   - latency (Little's law) = waves of resident warps x SIMT rounds per warp x (lat_scale x mean load
+     latency of its rounds + round_cycles), at least the longest sampled warp's chain at unloaded
+     latency;
+   - L1 wavefronts = lsu_cycles x distinct 128-byte lines of all warp instructions / (SMS x CLOCK);
+   - L2 = (L1 misses + stores) x 32 B / L2_BW;
+   - issue = warp memory instructions (SIMT) x inst_cycles / (SMS x 4 schedulers x CLOCK).
+   `--calibrate` traces the kernels measured on the H100 (commit 6bf4532 = the measured 0533d0f plus
+   trace hooks, materialised from git under the cache with this tree's tracer), fits lat_scale,
+   round_cycles, inst_cycles, lsu_cycles, p and the launch cost (grid search, squared log error) on the 40
+   full-size rows of benchmarks/results/cuda-h100-2026-11-23.md and reports the leave-one-out errors
+   (each row predicted by the fit on the other 39). The constants are below (CALIBRATION); docs/cuda.md
+   gives the fit.
 
 Traces are cached under $GPU_MODEL_CACHE (default ~/.cache/torch_segops_gpu_model), keyed by the kernel
 sources; the first full run takes a few minutes on 2 cores.
@@ -61,7 +69,10 @@ CLOCK = 1.755e9  # Hz, SM clock under memory-bound load (H100 boost 1.755-1.98 G
 # load-to-use latencies in cycles (fp4-site.pages.dev "GPU memory hierarchy": L1 ~30, L2 ~200, HBM ~600;
 # chipsandcheese.com measured similar); scaled by the fitted LAT_SCALE
 LAT_L1, LAT_L2, LAT_DRAM = 30.0, 200.0, 600.0
-L1_BYTES_PER_CLK = 128  # per SM (Hopper L1: 128 B/clk load bandwidth per SM)
+# L1 wavefronts: a warp load or store touching k distinct 128-byte lines takes k L1 tag / data cycles
+# (Nsight Compute "wavefronts" of l1tex; one per cycle per SM, 128 B/clk of L1 load bandwidth per SM)
+LSU_LINES_PER_CLK = 1.0
+SCHEDULERS_PER_SM = 4  # warp schedulers per SM, one warp instruction issued per cycle each (Hopper SM)
 L1_DATA_BYTES = 224 * 1024  # L1 left to data when a kernel uses no shared memory (256 KB L1 + shared per SM)
 L2_BW = 5.5e12  # B/s, L2 -> SM bandwidth (chipsandcheese.com measured ~5.5 TB/s on H100 PCIe)
 REGS_PER_SM, MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM, SMEM_PER_SM = 65536, 64, 32, 228 * 1024
@@ -69,7 +80,11 @@ THREADS_PER_BLOCK = 256  # segment_cuda.cu kThreads
 
 # Fitted on the 40 rows (python benchmarks/gpu_model.py --fit): latency scale, p of the p-norm, seconds
 # per launch.
-CALIBRATION = {"lat_scale": 2.0, "round_cycles": 800, "p": 8.0, "launch_s": 0.0}
+CALIBRATION = {"lat_scale": 2.5, "round_cycles": 400, "inst_cycles": 64, "lsu_cycles": 2, "p": 4.0, "launch_s": 0.0}
+
+# The error the model states for a full-size row (|predicted / measured - 1|), from the leave-one-out
+# calibration (docs/cuda.md); pairs of rows further apart than this must be ordered right.
+STATED_ERROR = 0.40
 
 MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
 RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
@@ -78,10 +93,16 @@ SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu",
 ELEMS = 1 << 26
 
 
-def source_hash(files=SOURCES) -> str:
+TRACER_FILES = ["tests/cuda_emulation/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
+# The kernels measured on the H100 (benchmarks/results/cuda-h100-2026-11-23.md ran commit 0533d0f): commit
+# 6bf4532 holds the same kernels plus the trace hooks. --calibrate traces them with this tree's tracer.
+CALIBRATION_COMMIT = "6bf4532"
+
+
+def source_hash(files=SOURCES, root: str = REPO) -> str:
     h = hashlib.sha256()
     for f in files:
-        with open(os.path.join(REPO, f), "rb") as fh:
+        with open(os.path.join(root, f), "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()[:16]
 
@@ -92,6 +113,30 @@ def cache_dir() -> str:
     return d
 
 
+def materialise(commit: str = CALIBRATION_COMMIT) -> str:
+    """A source root (under the cache) holding src/csrc and the sm_90 resources of `commit` and this tree's
+    tracer (TRACER_FILES): what --calibrate traces."""
+    full = subprocess.run(["git", "-C", REPO, "rev-parse", commit], capture_output=True, text=True, check=True)
+    root = os.path.join(cache_dir(), f"src-{full.stdout.strip()[:12]}-{source_hash(TRACER_FILES)}")
+    if os.path.isdir(root):
+        return root
+    tmp = f"{root}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    arc = subprocess.run(["git", "-C", REPO, "archive", commit, "src/csrc"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
+    os.makedirs(os.path.join(tmp, "tests", "cuda_emulation"))
+    for f in TRACER_FILES:
+        shutil.copy(os.path.join(REPO, f), os.path.join(tmp, f))
+    res = subprocess.run(["git", "-C", REPO, "show", f"{commit}:{os.path.relpath(RESOURCES, REPO)}"],
+                         capture_output=True, check=True).stdout
+    os.makedirs(os.path.dirname(os.path.join(tmp, os.path.relpath(RESOURCES, REPO))))
+    with open(os.path.join(tmp, os.path.relpath(RESOURCES, REPO)), "wb") as fh:
+        fh.write(res)
+    os.replace(tmp, root)
+    return root
+
+
 def torch_include() -> str:
     import importlib.util
     spec = importlib.util.find_spec("torch")
@@ -100,14 +145,15 @@ def torch_include() -> str:
 
 # ---- tracer ---------------------------------------------------------------------------------------------------
 
-def build_tracer() -> str:
-    exe = os.path.join(cache_dir(), f"trace_kernels-{source_hash()}")
+def build_tracer(root: str = REPO) -> str:
+    exe = os.path.join(cache_dir(), f"trace_kernels-{source_hash(root=root)}")
     if not os.path.exists(exe):
+        tmp = f"{exe}.{os.getpid()}.tmp"
         cmd = ["g++", "-std=c++17", "-O2", "-DSEGOPS_TRACE_ACCESSES", "-isystem", torch_include(),
-               "-I", os.path.join(REPO, "src", "csrc"), os.path.join(REPO, "tests", "cuda_emulation", "trace_kernels.cpp"),
-               "-o", exe + ".tmp"]
+               "-I", os.path.join(root, "src", "csrc"), os.path.join(root, "tests", "cuda_emulation", "trace_kernels.cpp"),
+               "-o", tmp]
         subprocess.run(cmd, check=True)
-        os.replace(exe + ".tmp", exe)
+        os.replace(tmp, exe)
     return exe
 
 
@@ -120,13 +166,13 @@ def case_indptr(dist: str, feat: int, elems: int = ELEMS):
     return rows, bench_cuda.make_indptr(rows, dist, gen)
 
 
-def trace(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS) -> list[dict]:
-    key = f"{source_hash()}-{op}-{dtype}-{dist}-{feat}-{elems}"
+def trace(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS, root: str = REPO) -> list[dict]:
+    key = f"{source_hash(root=root)}-{op}-{dtype}-{dist}-{feat}-{elems}"
     path = os.path.join(cache_dir(), key + ".json")
     if os.path.exists(path):
         with open(path) as fh:
             return json.load(fh)
-    exe = build_tracer()
+    exe = build_tracer(root)
     rows, indptr = case_indptr(dist, feat, elems)
     ipath = os.path.join(cache_dir(), f"indptr-{dist}-{feat}-{elems}.bin")
     if not os.path.exists(ipath):
@@ -134,10 +180,7 @@ def trace(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS) -> list
         tmp = f"{ipath}.{os.getpid()}.{threading.get_ident()}"
         indptr.numpy().tofile(tmp)
         os.replace(tmp, ipath)
-    n = rows
-    if op == "gather":  # the output has `rows` rows; src has one row per segment
-        n = rows
-    cp = subprocess.run([exe, op, dtype, str(feat), str(n), ipath], capture_output=True, text=True)
+    cp = subprocess.run([exe, op, dtype, str(feat), str(rows), ipath], capture_output=True, text=True)
     if cp.returncode != 0:
         raise RuntimeError(f"tracer failed for {key}: {cp.stderr[-2000:]}")
     launches = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
@@ -189,9 +232,13 @@ def compile_resources(nvcc: str) -> dict:
     return table
 
 
-def resources(refresh: bool = False) -> dict:
+def resources(refresh: bool = False, root: str = REPO) -> dict:
     """Kernel resources for the current sources: the committed file when its source hash matches, else a fresh
-    sm_90 compile (needs nvcc), else the committed file with a warning."""
+    sm_90 compile (needs nvcc), else the committed file with a warning. A materialised root (--calibrate):
+    the file committed with its kernels."""
+    if root != REPO:
+        with open(os.path.join(root, os.path.relpath(RESOURCES, REPO))) as fh:
+            return json.load(fh)["kernels"]
     want = source_hash(SOURCES[:4])
     saved = None
     if os.path.exists(RESOURCES):
@@ -233,7 +280,12 @@ def resident_warps(regs: int, smem: int) -> int:
 
 # ---- time -----------------------------------------------------------------------------------------------------
 
-def launch_time(l: dict, res: dict, cal: dict) -> dict:
+TERMS = ("dram", "lat", "lsu", "l2", "issue")
+
+
+def launch_terms(l: dict, res: dict) -> dict:
+    """The calibration-free quantities of one launch: seconds of each throughput term and the cycle counts the
+    fitted constants scale (see launch_time)."""
     scale = l["warps"] / max(1, l["sampled"])
     r = res.get(_norm(l["kernel"]))
     regs, smem = (r["regs"], r["smem"]) if r else (64, 0)
@@ -243,28 +295,48 @@ def launch_time(l: dict, res: dict, cal: dict) -> dict:
     share = max(1, L1_DATA_BYTES - smem * (L1_DATA_BYTES // SMEM_PER_SM)) / warps_sm
     c = max([0] + [i for i, cap in enumerate(l["l1_caps"]) if cap <= share])
     rd, mx = l["rounds"][c], l["max_chain"][c]
-    # a round costs its load latency plus the instructions between rounds (round_cycles, fitted)
-    lat = cal["lat_scale"] * (LAT_L1 * rd[0] + LAT_L2 * rd[1] + LAT_DRAM * rd[2]) + cal["round_cycles"] * sum(rd)
-    avg_chain = lat / max(1, l["sampled"]) / CLOCK
-    max_chain = (cal["lat_scale"] * (LAT_L1 * mx[0] + LAT_L2 * mx[1] + LAT_DRAM * mx[2])
-                 + cal["round_cycles"] * sum(mx)) / CLOCK
-    waves = l["warps"] / (SMS * warps_sm)
-    t_lat = max(avg_chain * waves, max_chain)
-    t_dram = dram / COPY_BW
-    t_l1 = (l["ld_sector"] + l["st_sector"]) * scale / (SMS * L1_BYTES_PER_CLK * CLOCK)
-    t_l2 = (l["l1_miss"][c] + l["st_sector"] / 32) * 32 * scale / L2_BW
-    p = cal["p"]
-    t = (t_dram ** p + t_lat ** p + t_l1 ** p + t_l2 ** p) ** (1 / p) + cal["launch_s"]
-    rounds = l["n_rounds"]
-    return dict(kernel=l["kernel"], t=t, t_dram=t_dram, t_lat=t_lat, t_l1=t_l1, t_l2=t_l2, regs=regs, warps_sm=warps_sm,
-                dram=dram,
+    n_rd = max(1.0, sum(rd))
+    sampled = max(1, l["sampled"])
+    # a warp's rounds as the SIMT warp runs them (divergent lanes serialise), each costing the mean load
+    # latency of the lock-step rounds' classes
+    simt_rounds = l["simt_rounds"] / sampled
+    mean_lat = (LAT_L1 * rd[0] + LAT_L2 * rd[1] + LAT_DRAM * rd[2]) / n_rd
+    # waves of resident warps one after the other (Little's law); a launch with fewer warps than fit on the
+    # GPU takes at least one warp's chain
+    waves = max(1.0, l["warps"] / (SMS * warps_sm))
+    return dict(kernel=l["kernel"], regs=regs, warps_sm=warps_sm, dram=dram,
+                t_dram=dram / COPY_BW,
+                t_l2=(l["l1_miss"][c] + l["st_sector"] / 32) * 32 * scale / L2_BW,
+                t_lsu=(l["ld_lines"] + l["st_lines"]) * scale / (SMS * LSU_LINES_PER_CLK * CLOCK),
+                # cycles: waves x per-warp chain (load latency part, round part); the longest sampled warp
+                lat_cyc=waves * simt_rounds * mean_lat, round_cnt=waves * simt_rounds,
+                max_lat_cyc=LAT_L1 * mx[0] + LAT_L2 * mx[1] + LAT_DRAM * mx[2], max_round_cnt=sum(mx),
+                # warp memory instructions (divergence-aware) per scheduler
+                issue_cnt=l["simt_inst"] * scale / (SMS * SCHEDULERS_PER_SM),
                 ld_eff=l["ld_useful"] / l["ld_sector"] if l["ld_sector"] else None,
                 st_eff=l["st_useful"] / l["st_sector"] if l["st_sector"] else None,
-                inflight_sm=warps_sm * (l["round_bytes"] / rounds if rounds else 0.0))
+                inflight_sm=warps_sm * (l["round_bytes"] / l["n_rounds"] if l["n_rounds"] else 0.0))
+
+
+def launch_time(lt: dict, cal: dict) -> dict:
+    """Time of one launch: p-norm of the DRAM, latency, L1 wavefront (LSU), L2 and issue terms, plus a fixed
+    cost per launch. Latency: each round of loads costs lat_scale x its load latency (latency under load)
+    plus round_cycles (the instructions between two rounds), for the mean warp over the waves and for the
+    longest sampled warp. L1 wavefronts: lsu_cycles per 128-byte line a warp instruction touches. Issue:
+    inst_cycles issue cycles per warp memory instruction (the arithmetic around it), 4 schedulers per SM."""
+    t_lat = max(cal["lat_scale"] * lt["lat_cyc"] + cal["round_cycles"] * lt["round_cnt"],
+                cal["lat_scale"] * lt["max_lat_cyc"] + cal["round_cycles"] * lt["max_round_cnt"]) / CLOCK
+    t_issue = cal["inst_cycles"] * lt["issue_cnt"] / CLOCK
+    terms = dict(dram=lt["t_dram"], lat=t_lat, lsu=cal["lsu_cycles"] * lt["t_lsu"], l2=lt["t_l2"], issue=t_issue)
+    p = cal["p"]
+    t = sum(v ** p for v in terms.values()) ** (1 / p) + cal["launch_s"]
+    out = dict(lt)
+    out.update(t=t, **{"t_" + k: v for k, v in terms.items()})
+    return out
 
 
 def predict(launches: list[dict], res: dict, cal: dict) -> tuple[float, list[dict]]:
-    parts = [launch_time(l, res, cal) for l in launches]
+    parts = [launch_time(launch_terms(l, res), cal) for l in launches]
     return sum(p["t"] for p in parts), parts
 
 
@@ -331,7 +403,7 @@ def spearman(a: list[float], b: list[float]) -> float:
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
     va = math.sqrt(sum((x - ma) ** 2 for x in ra))
     vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
-    return cov / (va * vb)
+    return cov / (va * vb) if va * vb > 0 else float("nan")
 
 
 def discordant_pairs(pred: list[float], meas: list[float], tol: float = 0.0) -> tuple[int, int]:
@@ -348,17 +420,58 @@ def discordant_pairs(pred: list[float], meas: list[float], tol: float = 0.0) -> 
     return bad, total
 
 
-def fit(traces: list[list[dict]], meas: list[float], res: dict) -> dict:
-    best = None
-    for ls in [0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0]:
-        for rc in [0, 25, 50, 100, 200, 400, 800]:
-            for p in [1.0, 1.5, 2.0, 3.0, 4.0, 8.0]:
-                for launch in [0.0, 2e-6, 4e-6, 8e-6]:
-                    cal = {"lat_scale": ls, "round_cycles": rc, "p": p, "launch_s": launch}
-                    err = sum(math.log(predict(t, res, cal)[0] / m) ** 2 for t, m in zip(traces, meas))
-                    if best is None or err < best[0]:
-                        best = (err, cal)
-    return best[1]
+FIT_GRID = {"lat_scale": [1.0, 1.5, 2.0, 2.5, 3.0, 4.0], "round_cycles": [0, 100, 200, 400, 600, 800],
+            "inst_cycles": [0, 16, 32, 64, 128], "lsu_cycles": [1, 2, 4, 8], "p": [1.5, 2.0, 3.0, 4.0, 8.0],
+            "launch_s": [0.0, 2e-6, 4e-6]}
+
+
+def grid_predictions(traces: list[list[dict]], res: dict, grid: dict = FIT_GRID):
+    """(calibrations, times[row, calibration]) over the whole grid (numpy)."""
+    import itertools
+    import numpy as np
+    cals = [dict(zip(grid, v)) for v in itertools.product(*grid.values())]
+    col = {k: np.array([c[k] for c in cals], dtype=float) for k in grid}
+    times = np.zeros((len(traces), len(cals)))
+    for i, tr in enumerate(traces):
+        for l in tr:
+            lt = launch_terms(l, res)
+            lat = np.maximum(col["lat_scale"] * lt["lat_cyc"] + col["round_cycles"] * lt["round_cnt"],
+                             col["lat_scale"] * lt["max_lat_cyc"] + col["round_cycles"] * lt["max_round_cnt"]) / CLOCK
+            terms = [np.full(len(cals), lt["t_dram"]), lat, col["lsu_cycles"] * lt["t_lsu"],
+                     np.full(len(cals), lt["t_l2"]), col["inst_cycles"] * lt["issue_cnt"] / CLOCK]
+            times[i] += sum(t ** col["p"] for t in terms) ** (1 / col["p"]) + col["launch_s"]
+    return cals, times
+
+
+def fit_index(times, meas: list[float], rows=None) -> int:
+    """The grid calibration minimising the squared log error over `rows` (default: all)."""
+    import numpy as np
+    rows = list(range(len(meas))) if rows is None else rows
+    err = (np.log(times[rows]) - np.log(np.array(meas)[rows])[:, None]) ** 2
+    return int(err.sum(axis=0).argmin())
+
+
+def leave_one_out(times, meas: list[float]) -> list[float]:
+    """Each row predicted by the calibration fitted on the other rows."""
+    return [float(times[i, fit_index(times, meas, [j for j in range(len(meas)) if j != i])])
+            for i in range(len(meas))]
+
+
+def error_summary(preds: list[float], meas: list[float], tol: float) -> str:
+    errs = [abs(p / m - 1) for p, m in zip(preds, meas)]
+    bad, tot = discordant_pairs(preds, meas)
+    bad10, tot10 = discordant_pairs(preds, meas, math.log(1.10))
+    badt, tott = discordant_pairs(preds, meas, math.log(1 + tol))
+    # the widest measured gap between two rows the model orders the other way
+    gap = max([abs(math.log(meas[i] / meas[j])) for i in range(len(meas)) for j in range(i + 1, len(meas))
+               if (preds[i] - preds[j]) * (meas[i] - meas[j]) < 0] + [0.0])
+    errs_sorted = sorted(errs)
+    p90 = errs_sorted[min(len(errs) - 1, int(math.ceil(0.9 * len(errs))) - 1)]
+    return (f"mean |error| {100 * sum(errs) / len(errs):.0f}%, max {100 * max(errs):.0f}%, rows within 25%: "
+            f"{sum(e <= 0.25 for e in errs)}/{len(errs)}; Spearman {spearman(preds, meas):.3f}; pairs ordered "
+            f"differently {bad}/{tot} (of pairs > 10% apart when measured: {bad10}/{tot10}; > {100 * tol:.0f}% "
+            f"apart: {badt}/{tott}); every pair more than {100 * (math.exp(gap) - 1):.0f}% apart ordered right; "
+            f"90th percentile of |error| {100 * p90:.0f}%")
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
@@ -380,6 +493,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     ap.add_argument("--against", default=MEASURED, help="measured bench_cuda.py markdown to compare with")
     ap.add_argument("--fit", action="store_true", help="refit the calibration constants on the measured rows")
+    ap.add_argument("--calibrate", action="store_true",
+                    help=f"trace the kernels of commit {CALIBRATION_COMMIT} (the ones measured) with this tree's "
+                         "tracer, fit on the measured rows, print the fit and its leave-one-out errors")
     ap.add_argument("--kernels", action="store_true", help="per-launch details")
     ap.add_argument("--refresh-resources", action="store_true", help="recompile for ptxas -v even if cached")
     ap.add_argument("--markdown", default=None)
@@ -387,23 +503,35 @@ def main(argv=None) -> int:
     ap.add_argument("--elems", type=int, default=ELEMS, help="elements per input (bench_cuda.py: 2^26, --quick 2^22)")
     a = ap.parse_args(argv)
 
+    root = REPO
+    if a.calibrate:
+        root = materialise()
+        a.fit = True
+        print(f"calibration: kernels of {CALIBRATION_COMMIT} in {root}")
     meas = {(r["dist"], r["feat"], r["dtype"], r["op"]): r for r in measured_rows(a.against)} if a.against else {}
     ops = a.ops or (sorted({k[3] for k in meas}) if meas else ["sum", "softmax"])
     cases = [(op, dt, d, f) for d in a.dists for f in a.features for dt in a.dtypes for op in ops]
-    res = resources(a.refresh_resources)
-    build_tracer()
+    if a.calibrate:
+        cases = [c for c in cases if (c[2], c[3], c[1], c[0]) in meas]
+    res = resources(a.refresh_resources, root)
+    build_tracer(root)
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        traces = list(pool.map(lambda c: trace(*c, elems=a.elems), cases))
+        traces = list(pool.map(lambda c: trace(*c, elems=a.elems, root=root), cases))
 
     cal = dict(CALIBRATION)
     with_meas = [i for i, c in enumerate(cases) if (c[2], c[3], c[1], c[0]) in meas]
+    mt = [meas[(cases[i][2], cases[i][3], cases[i][1], cases[i][0])]["t"] for i in with_meas]
+    loo = None
     if a.fit and with_meas:
-        cal = fit([traces[i] for i in with_meas], [meas[(cases[i][2], cases[i][3], cases[i][1], cases[i][0])]["t"]
-                                                   for i in with_meas], res)
+        cals, times = grid_predictions([traces[i] for i in with_meas], res)
+        cal = cals[fit_index(times, mt)]
+        loo = leave_one_out(times, mt)
         print(f"fitted calibration: {cal}")
 
     head = ["dist", "F", "dtype", "op", "predicted", "% of copy (pred.)", "measured", "% of copy (meas.)", "error",
             "vs torch.segment_reduce (pred.)", "ld sector eff.", "bytes in flight / SM", "bound by"]
+    if loo:
+        head.insert(9, "error (leave-one-out)")
     lines = []
     preds, ms = [], []
     for c, tr in zip(cases, traces):
@@ -412,23 +540,25 @@ def main(argv=None) -> int:
         nb = case_bytes(op, dt, d, f, a.elems)
         m = meas.get((d, f, dt, op))
         main_k = max(parts, key=lambda p: p["t"])
-        bound = max(("DRAM", main_k["t_dram"]), ("latency", main_k["t_lat"]), ("L1", main_k["t_l1"]),
-                    ("L2", main_k["t_l2"]), key=lambda x: x[1])[0]
+        bound = max(TERMS, key=lambda k: main_k["t_" + k])
         srt = m["segment_reduce"] if m else None
         eff = sum(p["ld_eff"] * p["dram"] for p in parts if p["ld_eff"]) / max(1, sum(p["dram"] for p in parts if p["ld_eff"]))
         row = [d, str(f), dt, op, fmt_t(t), f"{100 * nb / t / COPY_BW:.0f}%",
                fmt_t(m["t"]) if m else "-", f"{m['pct']:.0f}%" if m else "-",
                f"{100 * (t / m['t'] - 1):+.0f}%" if m else "-",
                f"{srt / t:.2f}x" if srt else "-", f"{100 * eff:.0f}%",
-               f"{main_k['inflight_sm'] / 1024:.1f} KiB", bound]
+               f"{main_k['inflight_sm'] / 1024:.1f} KiB", {"lat": "latency", "lsu": "L1 wavefronts"}.get(bound, bound)]
+        if loo:
+            row.insert(9, f"{100 * (loo[len(preds)] / m['t'] - 1):+.0f}%" if m else "-")
         lines.append(row)
         if m:
             preds.append(t)
             ms.append(m["t"])
         if a.kernels:
             for p in parts:
-                print(f"    {short_kernel(p['kernel'])}: {fmt_t(p['t'])} (DRAM {fmt_t(p['t_dram'])}, latency "
-                      f"{fmt_t(p['t_lat'])}, L1 {fmt_t(p['t_l1'])}, L2 {fmt_t(p['t_l2'])}), regs {p['regs']}, {p['warps_sm']} warps/SM, "
+                print(f"    {short_kernel(p['kernel'])}: {fmt_t(p['t'])} (" +
+                      ", ".join(f"{k} {fmt_t(p['t_' + k])}" for k in TERMS) +
+                      f"), regs {p['regs']}, {p['warps_sm']} warps/SM, "
                       f"ld eff {100 * (p['ld_eff'] or 0):.0f}%, st eff {100 * (p['st_eff'] or 0):.0f}%, "
                       f"in flight {p['inflight_sm'] / 1024:.1f} KiB/SM")
     widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)]
@@ -437,13 +567,9 @@ def main(argv=None) -> int:
         print("  ".join(x.ljust(w) for x, w in zip(r, widths)))
     summary = ""
     if preds:
-        errs = [abs(p / m - 1) for p, m in zip(preds, ms)]
-        bad, tot = discordant_pairs(preds, ms)
-        bad10, tot10 = discordant_pairs(preds, ms, math.log(1.10))
-        summary = (f"calibration {cal}; {len(preds)} measured rows: mean |error| {100 * sum(errs) / len(errs):.0f}%, "
-                   f"max {100 * max(errs):.0f}%, rows within 25%: {sum(e <= 0.25 for e in errs)}/{len(errs)}; "
-                   f"Spearman rank correlation {spearman(preds, ms):.3f}; pairs ordered differently {bad}/{tot} "
-                   f"(of pairs > 10% apart when measured: {bad10}/{tot10})")
+        summary = f"calibration {cal}; {len(preds)} measured rows: {error_summary(preds, ms, STATED_ERROR)}"
+        if loo:
+            summary += f"\nleave-one-out (each row predicted by the fit on the other rows): {error_summary(loo, ms, STATED_ERROR)}"
         print(summary)
     if a.markdown:
         with open(a.markdown, "w") as fh:
@@ -451,7 +577,7 @@ def main(argv=None) -> int:
             for r in lines:
                 fh.write("| " + " | ".join(r) + " |\n")
             if summary:
-                fh.write("\n" + summary + "\n")
+                fh.write("\n" + summary.replace("\n", "\n\n") + "\n")
     return 0
 
 

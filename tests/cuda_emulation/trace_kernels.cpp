@@ -9,11 +9,13 @@
 // JSON line with, summed over the sampled warps:
 //   - instructions: a warp instruction is the k-th execution of one access site by each lane (lanes are
 //     assumed to run the same k-th access of a site together); its useful bytes and the distinct 32-byte
-//     sectors it touches give the sector efficiency;
+//     sectors it touches give the sector efficiency, the distinct 128-byte lines it touches the L1
+//     wavefronts it costs (one line's tag lookup and data per cycle per SM);
 //   - rounds: a lane's loads between two waits (a load used at once, SEGOPS_TRACE_USE, a store of loaded
 //     data) are in flight together; round k of a warp is round k of its lanes (lock step), classed by the
 //     slowest sector it needs: L1 (touched by this warp in an earlier round), L2 (touched by another
-//     sampled warp of this launch), DRAM (otherwise);
+//     sampled warp of this launch, or written by an earlier launch whose writes fit in L2), DRAM
+//     (otherwise);
 //   - distinct sectors read and written by the sampled warps (the DRAM traffic estimate).
 // Block kernels (launch_blocks) run a block's threads phase by phase (fibers, block_emulation.h); a warp
 // is 32 consecutive threads of a block, its lanes' accesses recorded in program order.
@@ -51,8 +53,24 @@ struct Access {
 
 static std::vector<Access>* g_lane = nullptr;  // the lane being recorded, or nullptr
 
+// Sectors written by earlier launches of this op (every thread, not only sampled ones) whose writes fit in
+// half the H100's 50 MB L2: a later launch finds them in L2, not DRAM (carries, partial states, the
+// logsumexp a softmax reads back). g_launch_written collects the current launch's; past the cap it is
+// dropped (the launch wrote too much for its data to stay in L2).
+constexpr size_t kL2ResidentSectors = (25u << 20) / 32;
+static std::unordered_set<uint64_t> g_resident, g_launch_written;
+static bool g_launch_overflow = false;
+
 void segops_trace_access(const void* p, int bytes, int kind, int site) {
   if (g_lane != nullptr) g_lane->push_back({reinterpret_cast<uint64_t>(p), bytes, kind, site});
+  if (kind == 2 && !g_launch_overflow) {
+    const uint64_t a = reinterpret_cast<uint64_t>(p);
+    for (uint64_t s = a / 32; s <= (a + bytes - 1) / 32; ++s) g_launch_written.insert(s);
+    if (g_launch_written.size() > kL2ResidentSectors) {
+      g_launch_overflow = true;
+      g_launch_written.clear();
+    }
+  }
 }
 void segops_trace_use() {
   if (g_lane != nullptr) g_lane->push_back({0, 0, 3, 0});
@@ -62,21 +80,32 @@ static void sectors_of(const Access& a, std::vector<uint64_t>& out) {
   for (uint64_t s = a.addr / 32; s <= (a.addr + a.bytes - 1) / 32; ++s) out.push_back(s);
 }
 
-// The L1 share of a warp: an LRU of 32-byte sectors. The model picks the capacity that matches the
-// kernel's resident warps per SM (L1 bytes / warps), so every capacity below is simulated at once.
+// The L1 share of a warp: an LRU of 128-byte lines (the L1 keeps one tag per line and fills it sector by
+// sector: a sector hits if its line is resident and the sector was filled since the line came in). 32
+// lanes streaming from 32 places hold 32 lines even when each needs only one sector of its line. The model
+// picks the capacity that matches the kernel's resident warps per SM (L1 bytes / warps), so every capacity
+// below is simulated at once.
 constexpr int kCaps = 7;
 constexpr int64_t kCapBytes[kCaps] = {1024, 2048, 4096, 8192, 16384, 32768, 65536};
 
 struct Lru {
-  size_t cap = 0;
-  std::list<uint64_t> order;  // most recent first
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
-  bool has(uint64_t s) const { return where.count(s) != 0; }
+  size_t cap = 0;  // lines
+  std::list<uint64_t> order;  // lines, most recent first
+  std::unordered_map<uint64_t, std::pair<std::list<uint64_t>::iterator, unsigned>> where;  // line -> (pos, sectors)
+  bool has(uint64_t s) const {
+    auto it = where.find(s / 4);
+    return it != where.end() && (it->second.second >> (s % 4) & 1u) != 0;
+  }
   void touch(uint64_t s) {
-    auto it = where.find(s);
-    if (it != where.end()) order.erase(it->second);
-    order.push_front(s);
-    where[s] = order.begin();
+    const uint64_t line = s / 4;
+    unsigned bits = 0;
+    auto it = where.find(line);
+    if (it != where.end()) {
+      bits = it->second.second;
+      order.erase(it->second.first);
+    }
+    order.push_front(line);
+    where[line] = {order.begin(), bits | 1u << (s % 4)};
     if (order.size() > cap) {
       where.erase(order.back());
       order.pop_back();
@@ -88,6 +117,8 @@ struct LaunchStats {
   std::string name;
   int64_t threads = 0, warps = 0, sampled = 0;
   double ld_useful = 0, ld_sector = 0, st_useful = 0, st_sector = 0, ld_inst = 0, st_inst = 0;
+  double ld_lines = 0, st_lines = 0;  // distinct 128-byte lines per warp instruction (L1 wavefronts)
+  double simt_inst = 0, simt_rounds = 0, lane_acc = 0;  // divergence-aware counts (simt_counts)
   double rounds[kCaps][3] = {};     // warp rounds by class (L1, L2, DRAM), per L1 capacity
   double l1_miss[kCaps] = {};       // load sectors that miss the warp's L1 share (L2 traffic)
   double max_chain[kCaps][3] = {};  // the longest sampled warp's rounds, per capacity
@@ -131,7 +162,54 @@ static std::vector<Round> rounds_of(const std::vector<Access>& acc) {
   return out;
 }
 
+// Divergence: lanes of a warp run in lock step only while they take the same path. A run of loads used at
+// once (kind 1: offsets, typically the start of an iteration over segments or rows) opens an "epoch"; the warp
+// issues the k-th access of a site in epoch e once for all lanes that make it (SIMT: a lane with fewer
+// rows in its segment idles while the others finish theirs). simt_inst counts those (site, e, k) warp
+// memory instructions, simt_rounds the (e, r) rounds of loads (r: waits since the epoch began) that hold a
+// load, lane_acc the accesses of all lanes (lane_acc / (32 simt_inst): lanes active per instruction).
+static void simt_counts(const Warp& w, LaunchStats& st) {
+  std::unordered_set<uint64_t> inst, rounds;
+  for (const auto& lane : w.lanes) {
+    uint64_t e = 0, r = 0;
+    std::unordered_map<uint32_t, uint32_t> occ;  // per site, within the epoch
+    bool pending = false;                         // the round holds a load
+    bool in_run = false;                          // the previous access was a kind-1 load
+    auto end_round = [&] {
+      if (pending) rounds.insert(e << 24 | r);
+      pending = false;
+      ++r;
+    };
+    for (const Access& a : lane) {
+      if (a.kind == 3) {
+        end_round();
+        continue;
+      }
+      st.lane_acc += 1;
+      if (a.kind == 1 && !in_run) {
+        end_round();
+        ++e;
+        r = 0;
+        occ.clear();
+      }
+      in_run = a.kind == 1;
+      const uint32_t sk = static_cast<uint32_t>(a.site) << 2 | static_cast<uint32_t>(a.kind == 2 ? 2 : 0);
+      inst.insert((e << 40) ^ (static_cast<uint64_t>(sk) << 16) ^ occ[sk]++);
+      if (a.kind == 2) {
+        end_round();
+      } else {
+        pending = true;
+        if (a.kind == 1) end_round();
+      }
+    }
+    end_round();
+  }
+  st.simt_inst += static_cast<double>(inst.size());
+  st.simt_rounds += static_cast<double>(rounds.size());
+}
+
 static void analyse_warp(const Warp& w, LaunchStats& st) {
+  simt_counts(w, st);
   // instructions
   // key -> the (address, bytes) of its lanes; lanes reading the same address share the bytes (broadcast)
   std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, int>>> inst;
@@ -155,11 +233,15 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
       sectors_of(Access{x.first, x.second, 0, 0}, secs);
     }
     std::sort(secs.begin(), secs.end());
-    const double n = static_cast<double>(std::unique(secs.begin(), secs.end()) - secs.begin());
+    secs.erase(std::unique(secs.begin(), secs.end()), secs.end());
+    const double n = static_cast<double>(secs.size());
+    double lines = 0;  // sectors are sorted: a new 128-byte line starts where sector / 4 changes
+    for (size_t i = 0; i < secs.size(); ++i) lines += (i == 0 || secs[i] / 4 != secs[i - 1] / 4) ? 1 : 0;
     const bool store = ((kv.first >> 32) & 3) == 2;
     (store ? st.st_useful : st.ld_useful) += useful;
     (store ? st.st_sector : st.ld_sector) += 32 * n;
     (store ? st.st_inst : st.ld_inst) += 1;
+    (store ? st.st_lines : st.ld_lines) += lines;
   }
   // every sector a memory access of this warp touches (kind 3 records are not accesses)
   const auto for_each_sector = [&w](const auto& f) {
@@ -174,7 +256,10 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     }
   };
   // distinct sectors
-  for_each_sector([&st](const Access& a, uint64_t x) { (a.kind == 2 ? st.written : st.read).insert(x); });
+  for_each_sector([&st](const Access& a, uint64_t x) {
+    if (a.kind == 2) st.written.insert(x);
+    else if (!g_resident.count(x)) st.read.insert(x);
+  });
   // rounds, in lock step
   std::vector<Round> lr[32];
   size_t k_max = 0;
@@ -183,7 +268,7 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     k_max = std::max(k_max, lr[l].size());
   }
   Lru l1[kCaps];
-  for (int c = 0; c < kCaps; ++c) l1[c].cap = static_cast<size_t>(kCapBytes[c] / 32);
+  for (int c = 0; c < kCaps; ++c) l1[c].cap = static_cast<size_t>(kCapBytes[c] / 128);
   std::unordered_set<uint64_t> warp_seen;  // touched by this warp (then in L2 at least)
   double chain[kCaps][3] = {};
   for (size_t k = 0; k < k_max; ++k) {
@@ -199,7 +284,7 @@ static void analyse_warp(const Warp& w, LaunchStats& st) {
     std::sort(secs.begin(), secs.end());
     secs.erase(std::unique(secs.begin(), secs.end()), secs.end());
     for (uint64_t s : secs) {
-      const int far = (warp_seen.count(s) || st.seen.count(s)) ? 1 : 2;
+      const int far = (warp_seen.count(s) || st.seen.count(s) || g_resident.count(s)) ? 1 : 2;
       for (int c = 0; c < kCaps; ++c) {
         const int x = l1[c].has(s) ? 0 : far;
         if (x > 0) st.l1_miss[c] += 1;
@@ -244,7 +329,16 @@ static std::string triples(const double (&x)[kCaps][3]) {
   return s + "]";
 }
 
+// The launch is over: what it wrote (if it fits) joins the L2-resident sectors of the next launches.
+static void end_launch() {
+  if (!g_launch_overflow) g_resident.insert(g_launch_written.begin(), g_launch_written.end());
+  if (g_resident.size() > kL2ResidentSectors) g_resident.clear();
+  g_launch_written.clear();
+  g_launch_overflow = false;
+}
+
 static void print_stats(const LaunchStats& st) {
+  end_launch();
   std::string caps = "[", miss = "[";
   for (int c = 0; c < kCaps; ++c) {
     caps += (c ? ", " : "") + std::to_string(kCapBytes[c]);
@@ -253,10 +347,12 @@ static void print_stats(const LaunchStats& st) {
   std::printf(
       "{\"kernel\": \"%s\", \"threads\": %lld, \"warps\": %lld, \"sampled\": %lld, \"ld_useful\": %.0f, "
       "\"ld_sector\": %.0f, \"st_useful\": %.0f, \"st_sector\": %.0f, \"ld_inst\": %.0f, \"st_inst\": %.0f, "
-      "\"l1_caps\": %s], \"rounds\": %s, \"max_chain\": %s, \"l1_miss\": %s], \"n_rounds\": %.0f, "
+      "\"ld_lines\": %.0f, \"st_lines\": %.0f, \"simt_inst\": %.0f, \"simt_rounds\": %.0f, "
+      "\"lane_acc\": %.0f, \"l1_caps\": %s], \"rounds\": %s, \"max_chain\": %s, \"l1_miss\": %s], \"n_rounds\": %.0f, "
       "\"round_bytes\": %.0f, \"read_sectors\": %zu, \"written_sectors\": %zu}\n",
       st.name.c_str(), (long long)st.threads, (long long)st.warps, (long long)st.sampled, st.ld_useful, st.ld_sector,
-      st.st_useful, st.st_sector, st.ld_inst, st.st_inst, caps.c_str(), triples(st.rounds).c_str(),
+      st.st_useful, st.st_sector, st.ld_inst, st.st_inst, st.ld_lines, st.st_lines, st.simt_inst, st.simt_rounds,
+      st.lane_acc, caps.c_str(), triples(st.rounds).c_str(),
       triples(st.max_chain).c_str(), miss.c_str(), st.n_rounds, st.round_bytes, st.read.size(), st.written.size());
   std::fflush(stdout);
 }
