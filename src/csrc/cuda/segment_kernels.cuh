@@ -538,82 +538,75 @@ struct PieceGrid {
 // parallel with the short segments; FinishLongSegments then merges each long segment's pieces in order.
 // A segment of more than P rows never lies inside one piece, so a piece meets
 // at most two of them: slot 0 holds the part of the one containing the piece's first row, slot 1 the part
-// of the one starting inside the piece, each with its segment (b * S + s) as key, -1 when the slot is empty.
+// of the one starting inside the piece, each with its segment (b * S + s) as key, -1 when the slot is empty
+// (every key is written, by the piece or the next one).
 // Only keys are written for empty slots, and FinishLongSegments merges a slot only when its key names the
 // segment it finishes, so it never merges an unwritten state, whatever indptr holds.
 template <class Op, class Load, int V> struct ReduceShortPieces : PieceGrid {
   using State = typename Op::State;
-  static constexpr int kWays = 4;  // 4-ary searches: 3 probes per search and round, both searches together
+  static constexpr int kWays = 8;  // 8-ary search: 7 probes in flight per round
   Load load;
   State* part;    // [B, ppb, 2, F]
   int64_t* pkey;  // [B, ppb, 2]
 
+  // Piece k finds the segment s holding its first row r0 and, when s is long, writes slot 0 of piece k (s's
+  // rows in the piece) and slot 1 of piece k - 1 (s's rows there, when s starts inside piece k - 1: a long
+  // segment starting inside a piece always reaches the next one's first row). The last piece also empties
+  // its own slot 1, which no later piece writes.
   SEGOPS_HD void operator()(int64_t tid) const {
     const LaneSlot ls = lane_slot(tid, G, tiles, ppb, ft, V);
     const int64_t b = ls.b, k = ls.i, f0 = ls.f0;
     if (f0 >= F) return;  // idle lane of the last tile
     const int64_t* p = indptr + bmap.offset(b);
     const int64_t r0 = k * P, r1 = imin(N, r0 + P);
-    // the segments holding rows r0 and r1 - 1 (any segment in [0, S) when indptr is invalid)
-    int64_t lo_a = 0, hi_a = S - 1, lo_b = 0, hi_b = S - 1;
+    // the largest s in [0, S) with p[s] <= r0 (any s in [0, S) when indptr is invalid)
+    int64_t lo = 0, hi = S - 1;
     const int64_t p0 = rd_async(p), pS = rd_async(p + S);
-    while (lo_a < hi_a || lo_b < hi_b) {
-      int64_t ma[kWays - 1], mb[kWays - 1], va[kWays - 1], vb[kWays - 1];
+    while (lo < hi) {
+      int64_t m[kWays - 1], v[kWays - 1];
 SEGOPS_UNROLL
       for (int j = 0; j < kWays - 1; ++j) {
-        ma[j] = lo_a + ((hi_a - lo_a) * (j + 1) + kWays - 1) / kWays;  // in (lo, hi] while lo < hi
-        mb[j] = lo_b + ((hi_b - lo_b) * (j + 1) + kWays - 1) / kWays;
-        va[j] = lo_a < hi_a ? rd_async(p + ma[j]) : 0;
-        vb[j] = lo_b < hi_b ? rd_async(p + mb[j]) : 0;
+        m[j] = lo + ((hi - lo) * (j + 1) + kWays - 1) / kWays;  // in (lo, hi]
+        v[j] = rd_async(p + m[j]);
       }
       SEGOPS_TRACE_USE();
-      narrow(lo_a, hi_a, ma, va, r0);
-      narrow(lo_b, hi_b, mb, vb, r1 - 1);
+      int64_t nlo = lo, nhi = hi;
+SEGOPS_UNROLL
+      for (int j = 0; j < kWays - 1; ++j) {
+        if (v[j] <= r0) nlo = imax(nlo, m[j]);
+        else nhi = imin(nhi, m[j] - 1);
+      }
+      lo = nlo;
+      hi = imax(nhi, nlo);  // (non-monotonic offsets could cross them)
     }
-    const int64_t sa = iclamp(lo_a, 0, S - 1), sb = iclamp(lo_b, 0, S - 1);
-    const int64_t a_lo_raw = rd_async(p + sa), a_hi_raw = rd_async(p + sa + 1);
-    const int64_t b_lo_raw = rd_async(p + sb), b_hi_raw = rd_async(p + sb + 1);
+    const int64_t s = iclamp(lo, 0, S - 1);
+    const int64_t s_lo_raw = rd_async(p + s), s_hi_raw = rd_async(p + s + 1);
     SEGOPS_TRACE_USE();
     const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
-    const LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
-    State* q = part + (b * ppb + k) * 2 * F + f0;
-    // slot 0: a long segment holding r0; slot 1: a long segment starting in (r0, r1)
-    const int64_t a_lo = iclamp(a_lo_raw, base, end), a_hi = iclamp(a_hi_raw, a_lo, end);
-    const int64_t b_lo = iclamp(b_lo_raw, base, end), b_hi = iclamp(b_hi_raw, b_lo, end);
-    const bool a_long = a_hi - a_lo > P && a_lo <= r0 && r0 < a_hi;
-    const bool b_long = b_hi - b_lo > P && r0 < b_lo && b_lo < r1;
+    const int64_t s_lo = iclamp(s_lo_raw, base, end), s_hi = iclamp(s_hi_raw, s_lo, end);
+    const bool is_long = s_hi - s_lo > P && s_lo <= r0 && r0 < s_hi;
+    const bool starts_before = is_long && k > 0 && s_lo > r0 - P && s_lo < r0;  // inside piece k - 1
+    const int64_t at = (b * ppb + k) * 2;  // slot 0 of piece k; slot 1 of piece k - 1 is at - 1
     if (ls.tile == 0 && ls.lane == 0) {
-      wr(pkey + (b * ppb + k) * 2, a_long ? b * S + sa : int64_t(-1));
-      wr(pkey + (b * ppb + k) * 2 + 1, b_long ? b * S + sb : int64_t(-1));
+      wr(pkey + at, is_long ? b * S + s : int64_t(-1));
+      if (k > 0) wr(pkey + at - 1, starts_before ? b * S + s : int64_t(-1));
+      if (k == ppb - 1) wr(pkey + at + 1, int64_t(-1));
     }
+    const LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
     State st[V];
-    if (a_long) {
-      reduce_rows<Op, V>(st, fetch, r0, imin(a_hi, r1) - r0);
+    if (is_long) {
+      reduce_rows<Op, V>(st, fetch, r0, imin(s_hi, r1) - r0);
 SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) wr(q + v, st[v]);
+      for (int v = 0; v < V; ++v) wr(part + at * F + f0 + v, st[v]);
     }
-    if (b_long) {
-      reduce_rows<Op, V>(st, fetch, b_lo, imin(b_hi, r1) - b_lo);
+    if (starts_before) {
+      reduce_rows<Op, V>(st, fetch, s_lo, r0 - s_lo);
 SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) wr(q + F + v, st[v]);
+      for (int v = 0; v < V; ++v) wr(part + (at - 1) * F + f0 + v, st[v]);
     }
-  }
-
-  // One round of a kWays-ary search for the largest s with p[s] <= r in [lo, hi]: m[j] the probes, v[j]
-  // p[m[j]].
-  SEGOPS_HD static void narrow(int64_t& lo, int64_t& hi, const int64_t (&m)[kWays - 1], const int64_t (&v)[kWays - 1],
-                               int64_t r) {
-    if (lo >= hi) return;
-    int64_t nlo = lo, nhi = hi;
-SEGOPS_UNROLL
-    for (int j = 0; j < kWays - 1; ++j) {
-      if (v[j] <= r) nlo = imax(nlo, m[j]);
-      else nhi = imin(nhi, m[j] - 1);
-    }
-    lo = nlo;
-    hi = imax(nhi, nlo);  // (non-monotonic offsets could cross them)
   }
 };
+
 
 // Pass 1 of the short-segment plan (average segment length <= Tuning::short_avg_max, F > 1): no chunks,
 // no carries. Thread tid = ((group * tiles) + tile) * G + lane; group gi of batch b owns the segments
@@ -1296,7 +1289,7 @@ struct Tuning {
   // many rows); a group of lanes then owns about short_rows rows' worth of whole segments.
   int64_t short_avg_max = 16, short_rows = 64;
   // ... and segments of more than short_long_rows rows are read in pieces of that many rows (ReduceShortPieces).
-  int64_t short_long_rows = 128;
+  int64_t short_long_rows = 256;
 };
 
 struct ReducePlan {
