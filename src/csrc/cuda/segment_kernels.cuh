@@ -161,6 +161,47 @@ SEGOPS_UNROLL
   }
 }
 
+// V consecutive reduction states of a workspace (partials, element e a multiple of V; the workspaces are
+// 256-byte aligned): moved in 16-byte pieces when a state's size divides 16, else one state at a time.
+template <class X, int V> constexpr int state_width() {
+  return 16 % sizeof(X) != 0 ? 0 : (V < int(16 / sizeof(X)) ? V : int(16 / sizeof(X)));
+}
+template <int V, class X> SEGOPS_HD void load_states(const X* p, int64_t e, X (&o)[V]) {
+  constexpr int kw = state_width<X, V>();
+  if constexpr (kw == 0) {
+SEGOPS_UNROLL
+    for (int v = 0; v < V; ++v) o[v] = rd_async(p + e + v);
+  } else {
+SEGOPS_UNROLL
+    for (int j = 0; j < V; j += kw) {
+      SEGOPS_TRACE(p + e + j, sizeof(X) * kw, 0);
+      const Vec<X, kw> t = *reinterpret_cast<const Vec<X, kw>*>(p + e + j);
+SEGOPS_UNROLL
+      for (int u = 0; u < kw; ++u) o[j + u] = t.v[u];
+    }
+  }
+}
+template <int V, class X> SEGOPS_HD void store_states(X* p, int64_t e, const X (&o)[V]) {
+  constexpr int kw = state_width<X, V>();
+  if constexpr (kw == 0) {
+SEGOPS_UNROLL
+    for (int v = 0; v < V; ++v) wr(p + e + v, o[v]);
+  } else {
+SEGOPS_UNROLL
+    for (int j = 0; j < V; j += kw) {
+      SEGOPS_TRACE(p + e + j, sizeof(X) * kw, 2);
+      Vec<X, kw> t;
+SEGOPS_UNROLL
+      for (int u = 0; u < kw; ++u) t.v[u] = o[j + u];
+      *reinterpret_cast<Vec<X, kw>*>(p + e + j) = t;
+    }
+  }
+}
+// Entries of V states each that fit in `bytes` of registers (at least 1, at most cap).
+template <class X, int V> constexpr int states_in(int bytes, int cap) {
+  return bytes / int(sizeof(X) * V) < 1 ? 1 : (bytes / int(sizeof(X) * V) > cap ? cap : bytes / int(sizeof(X) * V));
+}
+
 // ---- batch -> indptr row ---------------------------------------------------------------------------
 
 // Maps batch b (row-major over src's leading dims) to the element offset of its indptr row. Leading
@@ -514,9 +555,7 @@ struct ReduceMain : ChunkGrid {
       if (kind == 0) {
         write_results<Op, V>(st, imax(seg_hi - seg_lo, 0), N, out, arg, (b * S + s) * F + f0);
       } else {
-        State* dst = (kind == 1 ? carry : head) + c * F + f0;
-        SEGOPS_UNROLL
-        for (int v = 0; v < V; ++v) wr(dst + v, st[v]);
+        store_states<V>(kind == 1 ? carry : head, c * F + f0, st);
         (kind == 1 ? ck : hk) = b * S + s;
       }
     }
@@ -1025,29 +1064,33 @@ SEGOPS_UNROLL
 constexpr int kMaxLevels = 8;
 
 // acc = carry[i] (+) ... (+) carry[j] (+) acc for the run of entries i..j (going left from j, not below lo)
-// whose key is k, merged right to left; returns the first entry left of the run (lo - 1 if it reached lo).
-// Keys and states are loaded kBatch at a time (independent loads in flight together), so a run of K
-// carries costs K / kBatch rounds of loads, not K; the merge order is that of the one-by-one walk.
-template <class Op, int kBatch = 16>
+// whose key is k, merged right to left, for the V features from f; returns the first entry left of the run
+// (lo - 1 if it reached lo). Keys and states are loaded kBatch entries at a time (independent loads in
+// flight together), so a run of K carries costs K / kBatch rounds of loads, not K; the merge order is that
+// of the one-by-one walk.
+template <class Op, int V, int kBatch>
 SEGOPS_HD int64_t merge_run_left(const typename Op::State* carry, const int64_t* key, int64_t j, int64_t lo,
-                                 int64_t k, int64_t F, int64_t f, typename Op::State& acc) {
+                                 int64_t k, int64_t F, int64_t f, typename Op::State (&acc)[V]) {
   using State = typename Op::State;
   while (j >= lo) {
     int64_t kk[kBatch];
-    State t[kBatch];
+    State t[kBatch][V];
 SEGOPS_UNROLL
     for (int u = 0; u < kBatch; ++u) {
       if (j - u >= lo) {
         kk[u] = rd_async(key + j - u);
-        t[u] = rd_async(carry + (j - u) * F + f);
+        load_states<V>(carry, (j - u) * F + f, t[u]);
       }
     }
     SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int u = 0; u < kBatch; ++u) {
       if (j < lo || kk[u] != k) return j;
-      Op::merge(t[u], acc);
-      acc = t[u];
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) {
+        Op::merge(t[u][v], acc[v]);
+        acc[v] = t[u][v];
+      }
       --j;
     }
   }
@@ -1069,19 +1112,20 @@ template <class Op> struct LevelCarry {
     if (g >= n_out) return;
     const int64_t last = imin((g + 1) * K, n_in) - 1;
     const int64_t k = rd_async(key_in + last);
-    State acc = rd_async(carry_in + last * F + f);  // (read before the key says whether it is needed)
+    State acc[1] = {rd_async(carry_in + last * F + f)};  // (read before the key says whether it is needed)
     SEGOPS_TRACE_USE();
     if (f == 0) wr(key_out + g, k);
     if (k < 0) return;
-    merge_run_left<Op>(carry_in, key_in, last - 1, g * K, k, F, f, acc);
-    wr(carry_out + g * F + f, acc);
+    merge_run_left<Op, 1, 16>(carry_in, key_in, last - 1, g * K, k, F, f, acc);
+    wr(carry_out + g * F + f, acc[0]);
   }
 };
 
-// Pass 3. Thread (chunk c, feature f): if a crossing segment ends in chunk c, merge its carries right
-// to left (at most K per level, climbing a level at each group start) and write the result. Thread 0
-// also publishes this call's indptr error.
-template <class Op, class OutT> struct Fixup : ChunkGrid {
+// Pass 3. Thread (chunk c, features [f, f + V)): if a crossing segment ends in chunk c, merge its carries
+// right to left (at most K per level, climbing a level at each group start) and write the result. Thread 0
+// also publishes this call's indptr error. V as in pass 1 (F % V == 0), so a chunk's F features take F / V
+// threads whose state loads move 16 bytes each.
+template <class Op, class OutT, int V> struct Fixup : ChunkGrid {
   using State = typename Op::State;
   const State* carry[kMaxLevels];
   const int64_t* key[kMaxLevels];
@@ -1096,11 +1140,12 @@ template <class Op, class OutT> struct Fixup : ChunkGrid {
 
   SEGOPS_HD void operator()(int64_t tid) const {
     if (tid == 0) pub.run();
-    if (tid >= C * F) return;
-    const int64_t c = tid / F, f = tid - c * F;
+    const int64_t nfv = F / V;
+    if (tid >= C * nfv) return;
+    const int64_t c = tid / nfv, f = (tid - c * nfv) * V;
     // round 1: the head's key and the keys of the kPre chunks before (most crossing segments end within a
     // few chunks); a chunk with no head (most chunks inside a huge segment) stops here
-    constexpr int kPre = 4;
+    constexpr int kPre = states_in<State, V>(64, 4);
     const int64_t k = rd_async(hkey + c);
     int64_t kk[kPre];
 SEGOPS_UNROLL
@@ -1108,10 +1153,18 @@ SEGOPS_UNROLL
     SEGOPS_TRACE_USE();
     if (k < 0) return;
     // round 2: the head's state, the carries of the segment among those kPre, and the segment's offsets
-    State acc = rd_async(head + c * F + f);
-    State pre[kPre];
+    State acc[V];
+    load_states<V>(head, c * F + f, acc);
+    State pre[kPre][V];
 SEGOPS_UNROLL
-    for (int u = 0; u < kPre; ++u) pre[u] = kk[u] == k ? rd_async(carry[0] + (c - 1 - u) * F + f) : Op::identity();
+    for (int u = 0; u < kPre; ++u) {
+      if (kk[u] == k) {
+        load_states<V>(carry[0], (c - 1 - u) * F + f, pre[u]);
+      } else {
+SEGOPS_UNROLL
+        for (int v = 0; v < V; ++v) pre[u][v] = Op::identity();
+      }
+    }
     const int64_t b = k / S, s = k - b * S;
     const int64_t* p = indptr + bmap.offset(b);
     const int64_t p0 = rd_async(p), pS = rd_async(p + S), ps = rd_async(p + s), ps1 = rd_async(p + s + 1);
@@ -1126,8 +1179,11 @@ SEGOPS_UNROLL
       if (kk[u] != k) {
         stopped = true;
       } else {
-        Op::merge(pre[u], acc);
-        acc = pre[u];
+SEGOPS_UNROLL
+        for (int v = 0; v < V; ++v) {
+          Op::merge(pre[u][v], acc[v]);
+          acc[v] = pre[u][v];
+        }
         --j;
       }
     }
@@ -1135,16 +1191,14 @@ SEGOPS_UNROLL
     while (!stopped && j >= 0) {
       const bool top = l + 1 >= L;
       const int64_t gs = top ? 0 : (j / K) * K;
-      const State* cl = carry[l];
-      const int64_t* kl = key[l];
-      j = merge_run_left<Op, 8>(cl, kl, j, gs, k, F, f, acc);
+      j = merge_run_left<Op, V, states_in<State, V>(128, 8)>(carry[l], key[l], j, gs, k, F, f, acc);
       if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
       j = gs / K - 1;             // the group before, one level up
       ++l;
     }
     const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
     const int64_t count = imax(iclamp(ps1, base, end) - iclamp(ps, base, end), 0);
-    write_result<Op>(acc, count, N, out, arg, k * F + f);
+    write_results<Op, V>(acc, count, N, out, arg, k * F + f);
   }
 };
 
@@ -1442,18 +1496,20 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   Tuning tf = t;
   tf.flat_items = static_cast<int>(iclamp(t.flat_items, 1, FlatK::kItemsMax));
   const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, tf);
-  Fixup<Op, OutT> fx{};
-  static_cast<ChunkGrid&>(fx) = chunk_grid(g, pl.W, pl.cpb);
-  fx.L = pl.L;
-  fx.K = t.level_k;
-  fx.C = pl.C;
-  fx.N = g.N;
-  fx.out = out;
-  fx.arg = arg;
-  fx.pub = ec.publish(g);
+  auto fill_fixup = [&](auto& k) {  // (C = 0: it only publishes this call's indptr error)
+    static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
+    k.L = pl.L;
+    k.K = t.level_k;
+    k.N = g.N;
+    k.out = out;
+    k.arg = arg;
+    k.pub = ec.publish(g);
+  };
+  Fixup<Op, OutT, 1> publish{};  // the last launch of the plans without carries
+  fill_fixup(publish);
   if (pl.main_threads == 0) {  // nothing to reduce: validate, then publish
     launch_validate(ex, g, ec, nullptr, t);
-    ex.launch(fx, 1);
+    ex.launch(publish, 1);
     return;
   }
   if (pl.short_segs) {  // the pieces of long segments, one pass over whole segments, then publish (fx with no chunks)
@@ -1507,8 +1563,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
       with_kernel<ReduceShort<Op, Load, OutT, 1>>(fill_short);
       if (part != nullptr) with_kernel<FinishLongSegments<Op, OutT, 1>>(fill_finish);
     }
-    fx.C = 0;
-    ex.launch(fx, 1);
+    ex.launch(publish, 1);
     return;
   }
   // workspace: level-0 carries/heads/keys, then the carries/keys of the higher levels
@@ -1570,13 +1625,22 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     LevelCarry<Op> lc{carry[l - 1], key[l - 1], pl.n[l - 1], carry[l], key[l], pl.n[l], g.F, t.level_k};
     ex.launch(lc, pl.n[l] * g.F);
   }
-  for (int l = 0; l < pl.L; ++l) {
-    fx.carry[l] = carry[l];
-    fx.key[l] = key[l];
+  auto finish = [&](auto& k) {
+    fill_fixup(k);
+    k.C = pl.C;
+    for (int l = 0; l < pl.L; ++l) {
+      k.carry[l] = carry[l];
+      k.key[l] = key[l];
+    }
+    k.head = head;
+    k.hkey = hkey;
+    ex.launch(k, imax(1, pl.C * (g.F / pl.V)));
+  };
+  if (pl.V > 1) {
+    with_kernel<Fixup<Op, OutT, Load::kVec>>(finish);
+  } else {
+    with_kernel<Fixup<Op, OutT, 1>>(finish);
   }
-  fx.head = head;
-  fx.hkey = hkey;
-  ex.launch(fx, imax(1, pl.C * g.F));
 }
 
 // out: [B, R, F]; Fn::apply reads the segment data ([B, S, F]) and, for softmax, the [B, R, F] inputs.
