@@ -379,12 +379,20 @@ SEGOPS_UNROLL
       for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row0 + r + u);
     }
   }
-  for (; r < count; ++r) {
-    A x[V];
-    fetch(row0 + r, x);
+  if (r < count) {  // the last count % kU rows: one more round, not one per row
+    A x[kU][V];
+SEGOPS_UNROLL
+    for (int u = 0; u < kU; ++u) {
+      if (r + u < count) fetch(row0 + r + u, x[u]);
+    }
     SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
-    for (int v = 0; v < V; ++v) Op::step(st[v], x[v], row0 + r);
+    for (int u = 0; u < kU; ++u) {
+      if (r + u < count) {
+SEGOPS_UNROLL
+        for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row0 + r + u);
+      }
+    }
   }
 }
 
