@@ -696,6 +696,7 @@ int main(int argc, char** argv) {
   mid.expand_w_min = 8;
   mid.max_lanes = 16;
   mid.target_threads = 64;
+  mid.reduce_threads = 64;
   const Tuning* tunings[] = {&dflt, &tiny, &mid, &tiny_short};
   const char* tuning_names[] = {"default", "tiny", "mid", "tiny-short"};
 

@@ -1340,7 +1340,11 @@ template <class Fn, int V> struct Expand : ChunkGrid {
 
 // Tunables. The plan depends only on shapes and dtype (never on the GPU), so results are reproducible.
 struct Tuning {
-  int64_t target_threads = int64_t(1) << 19;  // grow chunks until a launch has at most this many threads
+  int64_t target_threads = int64_t(1) << 19;  // expansions: grow chunks until a launch has at most this many threads
+  // merge-path reductions (ReduceMain): the same for pass 1. 2^18 threads are 2.6 waves of an H100 at 24
+  // warps per SM; fewer, longer chunks mean fewer segment starts per group and fewer carries to fix up (by
+  // the memory model: power-law F = 16 fp32 sum 133.6 -> 126.1 us; 2^17 leaves too few warps: 139.1 us)
+  int64_t reduce_threads = int64_t(1) << 18;
   int64_t reduce_w_min = 32, reduce_w_max = 256;
   int flat_items = 16;  // F == 1 (ReduceFlatBlock): merge items per thread (at most its kItemsMax)
   int64_t expand_w_min = 32, expand_work_max = 8192;  // expand: W * nfv <= this
@@ -1390,7 +1394,7 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
     pl.W = 256 * imax(1, t.flat_items);  // ReduceFlatBlock: kBlock threads of `items` items
   } else {
     pl.W = t.reduce_w_min;
-    while (pl.W < t.reduce_w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.target_threads) pl.W *= 2;
+    while (pl.W < t.reduce_w_max && B * ceil_div(S + N, pl.W) * pl.G * pl.tiles > t.reduce_threads) pl.W *= 2;
   }
   pl.cpb = ceil_div(S + N, pl.W);
   pl.C = B * pl.cpb;
