@@ -570,6 +570,61 @@ struct ReduceMain : ChunkGrid {
   }
 };
 
+constexpr int kMaxLevels = 8;
+
+// acc = carry[i] (+) ... (+) carry[j] (+) acc for the run of entries i..j (going left from j, not below lo)
+// whose key is k, merged right to left, for the V features from f; returns the first entry left of the run
+// (lo - 1 if it reached lo). Keys and states are loaded kBatch entries at a time (independent loads in
+// flight together), so a run of K carries costs K / kBatch rounds of loads, not K; the merge order is that
+// of the one-by-one walk.
+template <class Op, int V, int kBatch>
+SEGOPS_HD int64_t merge_run_left(const typename Op::State* carry, const int64_t* key, int64_t j, int64_t lo,
+                                 int64_t k, int64_t F, int64_t f, typename Op::State (&acc)[V]) {
+  using State = typename Op::State;
+  while (j >= lo) {
+    int64_t kk[kBatch];
+    State t[kBatch][V];
+SEGOPS_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      if (j - u >= lo) {
+        kk[u] = rd_async(key + j - u);
+        load_states<V>(carry, (j - u) * F + f, t[u]);
+      }
+    }
+    SEGOPS_TRACE_USE();
+SEGOPS_UNROLL
+    for (int u = 0; u < kBatch; ++u) {
+      if (j < lo || kk[u] != k) return j;
+SEGOPS_UNROLL
+      for (int v = 0; v < V; ++v) {
+        Op::merge(t[u][v], acc[v]);
+        acc[v] = t[u][v];
+      }
+      --j;
+    }
+  }
+  return j;
+}
+
+// Continues acc leftwards from entry j over the run of entries keyed k: level 0 down to the start of j's
+// group of K, then one level up from the group before (whose entry there is that group's trailing run of one
+// key), and so on; at most K entries per level. A run is merged in order, right to left.
+template <class Op, int V>
+SEGOPS_HD void merge_levels_left(const typename Op::State* const (&carry)[kMaxLevels],
+                                 const int64_t* const (&key)[kMaxLevels], int L, int64_t K, int64_t j, int64_t k,
+                                 int64_t F, int64_t f, typename Op::State (&acc)[V]) {
+  using State = typename Op::State;
+  int l = 0;
+  while (j >= 0) {
+    const bool top = l + 1 >= L;
+    const int64_t gs = top ? 0 : (j / K) * K;
+    j = merge_run_left<Op, V, states_in<State, V>(128, 8)>(carry[l], key[l], j, gs, k, F, f, acc);
+    if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
+    j = gs / K - 1;             // the group before, one level up
+    ++l;
+  }
+}
+
 // The pieces of the short-segment plan's long segments: thread tid = ((piece * tiles) + tile) * G + lane, piece k
 // of batch b covers rows [k P, (k + 1) P); lanes, tiles and features per tile as in ReduceShort.
 struct PieceGrid {
@@ -586,15 +641,18 @@ struct PieceGrid {
 // A segment of more than P rows never lies inside one piece, so a piece meets
 // at most two of them: slot 0 holds the part of the one containing the piece's first row, slot 1 the part
 // of the one starting inside the piece, each with its segment (b * S + s) as key, -1 when the slot is empty
-// (every key is written, by the piece or the next one).
+// (every key is written, by the piece or the next one). A long segment's slot-0 parts are consecutive
+// entries of part0, so LevelCarry combines them in groups of K like the merge-path plan's carries.
 // Only keys are written for empty slots, and FinishLongSegments merges a slot only when its key names the
 // segment it finishes, so it never merges an unwritten state, whatever indptr holds.
 template <class Op, class Load, int V> struct ReduceShortPieces : PieceGrid {
   using State = typename Op::State;
   static constexpr int kWays = 8;  // 8-ary search: 7 probes in flight per round
   Load load;
-  State* part;    // [B, ppb, 2, F]
-  int64_t* pkey;  // [B, ppb, 2]
+  State* part0;    // [B * ppb, F]: slot 0 of every piece
+  int64_t* key0;   // [B * ppb]
+  State* part1;    // [B * ppb, F]: slot 1
+  int64_t* key1;   // [B * ppb]
 
   // Piece k finds the segment s holding its first row r0 and, when s is long, writes slot 0 of piece k (s's
   // rows in the piece) and slot 1 of piece k - 1 (s's rows there, when s starts inside piece k - 1: a long
@@ -633,23 +691,21 @@ SEGOPS_UNROLL
     const int64_t s_lo = iclamp(s_lo_raw, base, end), s_hi = iclamp(s_hi_raw, s_lo, end);
     const bool is_long = s_hi - s_lo > P && s_lo <= r0 && r0 < s_hi;
     const bool starts_before = is_long && k > 0 && s_lo > r0 - P && s_lo < r0;  // inside piece k - 1
-    const int64_t at = (b * ppb + k) * 2;  // slot 0 of piece k; slot 1 of piece k - 1 is at - 1
+    const int64_t at = b * ppb + k;  // piece k's entry; slot 1 of piece k - 1 is entry at - 1 of part1
     if (ls.tile == 0 && ls.lane == 0) {
-      wr(pkey + at, is_long ? b * S + s : int64_t(-1));
-      if (k > 0) wr(pkey + at - 1, starts_before ? b * S + s : int64_t(-1));
-      if (k == ppb - 1) wr(pkey + at + 1, int64_t(-1));
+      wr(key0 + at, is_long ? b * S + s : int64_t(-1));
+      if (k > 0) wr(key1 + at - 1, starts_before ? b * S + s : int64_t(-1));
+      if (k == ppb - 1) wr(key1 + at, int64_t(-1));
     }
     const LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
     State st[V];
     if (is_long) {
       reduce_rows<Op, V>(st, fetch, r0, imin(s_hi, r1) - r0);
-SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) wr(part + at * F + f0 + v, st[v]);
+      store_states<V>(part0, at * F + f0, st);
     }
     if (starts_before) {
       reduce_rows<Op, V>(st, fetch, s_lo, r0 - s_lo);
-SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) wr(part + (at - 1) * F + f0 + v, st[v]);
+      store_states<V>(part1, (at - 1) * F + f0, st);
     }
   }
 };
@@ -773,17 +829,20 @@ SEGOPS_UNROLL
   }
 };
 
-// Pass 2 of the short-segment plan when N > P: the piece holding a long segment's last row (slot 0 of
-// ReduceShortPieces, the segment ending inside the piece) merges the segment's pieces in order and writes
-// the result: piece lo / P holds it in slot 1 unless the segment starts at that piece's first row, the later
-// pieces in slot 0. Threads as in ReduceShortPieces; a slot whose key is not the segment counts as empty.
+// Pass 3 of the short-segment plan when N > P (after LevelCarry over part0, when there are more than K pieces):
+// the piece holding a long segment's last row (its slot 0 names a segment ending inside the piece) merges the
+// segment's parts right to left, the later pieces' slot 0 through the levels (at most K entries per level,
+// as the merge-path Fixup does), then slot 1 of piece lo / P unless the segment starts at that piece's first
+// row, and writes the result. Threads as in ReduceShortPieces; a slot whose key is not the segment counts as
+// empty.
 template <class Op, class OutT, int V> struct FinishLongSegments : PieceGrid {
   using State = typename Op::State;
-  // partial states in flight per lane: 64 32-bit words (the kernel has few threads; registers are cheap)
-  static constexpr int kWords = static_cast<int>(sizeof(State) / 4) * V;
-  static constexpr int kPiecesPerRound = 64 / kWords > 2 ? 64 / kWords : 2;
-  const State* part;
-  const int64_t* pkey;
+  const State* carry[kMaxLevels];  // carry[0] = part0, then LevelCarry's levels
+  const int64_t* key[kMaxLevels];
+  int L;
+  int64_t K;
+  const State* part1;
+  const int64_t* key1;
   OutT* out;
   int64_t* arg;
 
@@ -791,42 +850,35 @@ template <class Op, class OutT, int V> struct FinishLongSegments : PieceGrid {
     const LaneSlot ls = lane_slot(tid, G, tiles, ppb, ft, V);
     const int64_t b = ls.b, k = ls.i, f0 = ls.f0;
     if (f0 >= F) return;
-    const int64_t* qk = pkey + b * ppb * 2;
-    const int64_t key = rd(qk + k * 2);
-    if (key < 0) return;  // no long segment holds the piece's first row
-    const int64_t s = iclamp(key - b * S, 0, S - 1);
+    const int64_t c = b * ppb + k;
+    const int64_t sk = rd(key[0] + c);
+    if (sk < 0) return;  // no long segment holds the piece's first row
+    const int64_t s = iclamp(sk - b * S, 0, S - 1);
     const int64_t* p = indptr + bmap.offset(b);
     const int64_t p0 = rd_async(p), pS = rd_async(p + S), lo_raw = rd_async(p + s), hi_raw = rd_async(p + s + 1);
     SEGOPS_TRACE_USE();
     const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
     const int64_t lo = iclamp(lo_raw, base, end), hi = iclamp(hi_raw, lo, end);
     if (hi <= lo || (hi - 1) / P != k) return;  // the segment goes on in a later piece
-    const int64_t k0 = lo / P;
-    const State* q = part + b * ppb * 2 * F + f0;
-    State st[V];
-SEGOPS_UNROLL
-    for (int v = 0; v < V; ++v) st[v] = Op::identity();
-    for (int64_t j = k0; j <= k; j += kPiecesPerRound) {
-      State x[kPiecesPerRound][V];
-      int64_t xk[kPiecesPerRound];
-SEGOPS_UNROLL
-      for (int u = 0; u < kPiecesPerRound; ++u) {
-        const int64_t jj = imin(j + u, k);
-        const int64_t slot = jj * 2 + (jj == k0 && lo != k0 * P ? 1 : 0);
-        xk[u] = j + u <= k ? rd_async(qk + slot) : int64_t(-1);
-SEGOPS_UNROLL
-        for (int v = 0; v < V; ++v) x[u][v] = rd_async(q + slot * F + v);
-      }
+    const int64_t c0 = b * ppb + lo / P;
+    const bool first_in_slot1 = lo % P != 0;
+    State acc[V];
+    load_states<V>(carry[0], c * F + f0, acc);
+    merge_levels_left<Op, V>(carry, key, L, K, c - 1, sk, F, f0, acc);
+    if (first_in_slot1 && c0 < c) {
+      const int64_t k1 = rd_async(key1 + c0);
+      State x[V];
+      load_states<V>(part1, c0 * F + f0, x);
       SEGOPS_TRACE_USE();
-SEGOPS_UNROLL
-      for (int u = 0; u < kPiecesPerRound; ++u) {
+      if (k1 == sk) {
 SEGOPS_UNROLL
         for (int v = 0; v < V; ++v) {
-          if (xk[u] == key) Op::merge(st[v], x[u][v]);
+          Op::merge(x[v], acc[v]);
+          acc[v] = x[v];
         }
       }
     }
-    write_results<Op, V>(st, hi - lo, N, out, arg, (b * S + s) * F + f0);
+    write_results<Op, V>(acc, hi - lo, N, out, arg, (b * S + s) * F + f0);
   }
 };
 
@@ -1069,42 +1121,6 @@ SEGOPS_UNROLL
   }
 };
 
-constexpr int kMaxLevels = 8;
-
-// acc = carry[i] (+) ... (+) carry[j] (+) acc for the run of entries i..j (going left from j, not below lo)
-// whose key is k, merged right to left, for the V features from f; returns the first entry left of the run
-// (lo - 1 if it reached lo). Keys and states are loaded kBatch entries at a time (independent loads in
-// flight together), so a run of K carries costs K / kBatch rounds of loads, not K; the merge order is that
-// of the one-by-one walk.
-template <class Op, int V, int kBatch>
-SEGOPS_HD int64_t merge_run_left(const typename Op::State* carry, const int64_t* key, int64_t j, int64_t lo,
-                                 int64_t k, int64_t F, int64_t f, typename Op::State (&acc)[V]) {
-  using State = typename Op::State;
-  while (j >= lo) {
-    int64_t kk[kBatch];
-    State t[kBatch][V];
-SEGOPS_UNROLL
-    for (int u = 0; u < kBatch; ++u) {
-      if (j - u >= lo) {
-        kk[u] = rd_async(key + j - u);
-        load_states<V>(carry, (j - u) * F + f, t[u]);
-      }
-    }
-    SEGOPS_TRACE_USE();
-SEGOPS_UNROLL
-    for (int u = 0; u < kBatch; ++u) {
-      if (j < lo || kk[u] != k) return j;
-SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) {
-        Op::merge(t[u][v], acc[v]);
-        acc[v] = t[u][v];
-      }
-      --j;
-    }
-  }
-  return j;
-}
-
 // Pass 2 (one launch per level): entry g of level l+1 = the trailing run of level-l carries of group g
 // (entries [g*K, min((g+1)*K, n_in))) that share the key of the group's last entry, merged in order.
 template <class Op> struct LevelCarry {
@@ -1195,15 +1211,7 @@ SEGOPS_UNROLL
         --j;
       }
     }
-    int l = 0;
-    while (!stopped && j >= 0) {
-      const bool top = l + 1 >= L;
-      const int64_t gs = top ? 0 : (j / K) * K;
-      j = merge_run_left<Op, V, states_in<State, V>(128, 8)>(carry[l], key[l], j, gs, k, F, f, acc);
-      if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
-      j = gs / K - 1;             // the group before, one level up
-      ++l;
-    }
+    if (!stopped) merge_levels_left<Op, V>(carry, key, L, K, j, k, F, f, acc);
     const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
     const int64_t count = imax(iclamp(ps1, base, end) - iclamp(ps, base, end), 0);
     write_results<Op, V>(acc, count, N, out, arg, k * F + f);
@@ -1369,6 +1377,16 @@ struct ReducePlan {
   int64_t n[kMaxLevels] = {};
 };
 
+// Levels of keyed partial states combined K at a time (LevelCarry): n0 entries at level 0.
+inline void plan_levels(ReducePlan& pl, int64_t n0, int64_t K) {
+  pl.n[0] = n0;
+  pl.L = 1;
+  while (pl.n[pl.L - 1] > K && pl.L < kMaxLevels) {
+    pl.n[pl.L] = ceil_div(pl.n[pl.L - 1], K);
+    ++pl.L;
+  }
+}
+
 // vmax: elements per 16-byte vector of the input dtype; vec_ok: F % vmax == 0 and pointers aligned.
 inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vmax, bool vec_ok,
                               const Tuning& t = Tuning()) {
@@ -1388,6 +1406,7 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
     pl.main_threads = B * pl.gpb * pl.G * pl.tiles;
     pl.P = imax(1, t.short_long_rows);
     pl.ppb = N > pl.P ? ceil_div(N, pl.P) : 0;
+    plan_levels(pl, B * pl.ppb, t.level_k);  // the pieces' slot-0 states
     return pl;
   }
   if (pl.flat) {
@@ -1399,12 +1418,7 @@ inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vm
   pl.cpb = ceil_div(S + N, pl.W);
   pl.C = B * pl.cpb;
   pl.main_threads = pl.C * (pl.flat ? 256 : pl.G * pl.tiles);
-  pl.n[0] = pl.C;
-  pl.L = 1;
-  while (pl.n[pl.L - 1] > t.level_k && pl.L < kMaxLevels) {
-    pl.n[pl.L] = ceil_div(pl.n[pl.L - 1], t.level_k);
-    ++pl.L;
-  }
+  plan_levels(pl, pl.C, t.level_k);  // the chunks' carries
   return pl;
 }
 
@@ -1486,6 +1500,26 @@ struct Carver {
   }
 };
 
+// The keyed partial states of every level (plan_levels) in the workspace, F states an entry.
+template <class State>
+void take_levels(Carver& cv, const ReducePlan& pl, int64_t F, State* (&carry)[kMaxLevels],
+                 int64_t* (&key)[kMaxLevels]) {
+  for (int l = 0; l < pl.L; ++l) {
+    carry[l] = cv.take<State>(pl.n[l] * F);
+    key[l] = cv.take<int64_t>(pl.n[l]);
+  }
+}
+
+// Levels 1.. of the keyed partial states, in order (level l reads level l - 1).
+template <class Op, class Exec>
+void launch_levels(Exec& ex, const ReducePlan& pl, int64_t F, int64_t K, typename Op::State* const (&carry)[kMaxLevels],
+                   int64_t* const (&key)[kMaxLevels]) {
+  for (int l = 1; l < pl.L; ++l) {
+    LevelCarry<Op> lc{carry[l - 1], key[l - 1], pl.n[l - 1], carry[l], key[l], pl.n[l], F, K};
+    ex.launch(lc, pl.n[l] * F);
+  }
+}
+
 template <class Exec>
 void launch_validate(Exec& ex, const Geometry& g, const ErrorContext& ec, u64* max_last, const Tuning& t) {
   const int64_t total = g.indptr_rows * (g.S + 1);
@@ -1525,14 +1559,17 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     return;
   }
   if (pl.short_segs) {  // the pieces of long segments, one pass over whole segments, then publish (fx with no chunks)
-    State* part = nullptr;
-    int64_t* pkey = nullptr;
+    State* carry[kMaxLevels] = {};  // carry[0]: slot 0 of every piece, then its levels
+    int64_t* key[kMaxLevels] = {};
+    State* part1 = nullptr;
+    int64_t* key1 = nullptr;
     if (pl.ppb > 0) {
       Carver cv;
       for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1) cv = Carver{static_cast<char*>(ex.workspace(cv.off)), 0};
-        part = cv.take<State>(g.B * pl.ppb * 2 * g.F);
-        pkey = cv.take<int64_t>(g.B * pl.ppb * 2);
+        part1 = cv.take<State>(pl.n[0] * g.F);
+        key1 = cv.take<int64_t>(pl.n[0]);
+        take_levels(cv, pl, g.F, carry, key);
       }
     }
     const PieceGrid pieces{g.indptr, g.bmap, g.S, g.F, g.N, pl.P, pl.ppb, pl.G, pl.tiles, pl.ft};
@@ -1556,24 +1593,38 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
       k.piece_threads = piece_threads;
       static_cast<PieceGrid&>(k.pieces) = pieces;
       k.pieces.load = load;
-      k.pieces.part = part;
-      k.pieces.pkey = pkey;
+      k.pieces.part0 = carry[0];
+      k.pieces.key0 = key[0];
+      k.pieces.part1 = part1;
+      k.pieces.key1 = key1;
       ex.launch(k, piece_threads + pl.main_threads);
     };
     auto fill_finish = [&](auto& k) {
       static_cast<PieceGrid&>(k) = pieces;
-      k.part = part;
-      k.pkey = pkey;
+      for (int l = 0; l < pl.L; ++l) {
+        k.carry[l] = carry[l];
+        k.key[l] = key[l];
+      }
+      k.L = pl.L;
+      k.K = t.level_k;
+      k.part1 = part1;
+      k.key1 = key1;
       k.out = out;
       k.arg = arg;
       ex.launch(k, piece_threads);
     };
     if (pl.V > 1) {
       with_kernel<ReduceShort<Op, Load, OutT, Load::kVec>>(fill_short);
-      if (part != nullptr) with_kernel<FinishLongSegments<Op, OutT, Load::kVec>>(fill_finish);
     } else {
       with_kernel<ReduceShort<Op, Load, OutT, 1>>(fill_short);
-      if (part != nullptr) with_kernel<FinishLongSegments<Op, OutT, 1>>(fill_finish);
+    }
+    if (pl.ppb > 0) {
+      launch_levels<Op>(ex, pl, g.F, t.level_k, carry, key);
+      if (pl.V > 1) {
+        with_kernel<FinishLongSegments<Op, OutT, Load::kVec>>(fill_finish);
+      } else {
+        with_kernel<FinishLongSegments<Op, OutT, 1>>(fill_finish);
+      }
     }
     ex.launch(publish, 1);
     return;
@@ -1591,10 +1642,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     coord = cv.take<MergeCoord>(n_coord);
     head = cv.take<State>(pl.C * g.F);
     hkey = cv.take<int64_t>(pl.C);
-    for (int l = 0; l < pl.L; ++l) {
-      carry[l] = cv.take<State>(pl.n[l] * g.F);
-      key[l] = cv.take<int64_t>(pl.n[l]);
-    }
+    take_levels(cv, pl, g.F, carry, key);
   }
   Partition part{};
   static_cast<ChunkGrid&>(part) = chunk_grid(g, pl.W, pl.cpb);
@@ -1633,10 +1681,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   } else {
     with_kernel<ReduceMain<Op, Load, OutT, 1>>(fill_main);
   }
-  for (int l = 1; l < pl.L; ++l) {
-    LevelCarry<Op> lc{carry[l - 1], key[l - 1], pl.n[l - 1], carry[l], key[l], pl.n[l], g.F, t.level_k};
-    ex.launch(lc, pl.n[l] * g.F);
-  }
+  launch_levels<Op>(ex, pl, g.F, t.level_k, carry, key);
   auto finish = [&](auto& k) {
     fill_fixup(k);
     k.C = pl.C;
