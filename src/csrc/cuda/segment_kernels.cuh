@@ -162,44 +162,44 @@ SEGOPS_UNROLL
 }
 
 // V consecutive reduction states of a workspace (partials, element e a multiple of V; the workspaces are
-// 256-byte aligned): moved in 16-byte pieces when a state's size divides 16, else one state at a time.
+// 256-byte aligned), with load_vec/store_vec: in 16-byte pieces when a state's size divides 16, else one
+// state at a time.
 template <class X, int V> constexpr int state_width() {
-  return 16 % sizeof(X) != 0 ? 0 : (V < int(16 / sizeof(X)) ? V : int(16 / sizeof(X)));
+  return 16 % sizeof(X) != 0 ? 1 : (V < int(16 / sizeof(X)) ? V : int(16 / sizeof(X)));
 }
 template <int V, class X> SEGOPS_HD void load_states(const X* p, int64_t e, X (&o)[V]) {
   constexpr int kw = state_width<X, V>();
-  if constexpr (kw == 0) {
 SEGOPS_UNROLL
-    for (int v = 0; v < V; ++v) o[v] = rd_async(p + e + v);
-  } else {
+  for (int j = 0; j < V; j += kw) {
+    X t[kw];
+    load_vec<kw>(p, e + j, t);
 SEGOPS_UNROLL
-    for (int j = 0; j < V; j += kw) {
-      SEGOPS_TRACE(p + e + j, sizeof(X) * kw, 0);
-      const Vec<X, kw> t = *reinterpret_cast<const Vec<X, kw>*>(p + e + j);
-SEGOPS_UNROLL
-      for (int u = 0; u < kw; ++u) o[j + u] = t.v[u];
-    }
+    for (int u = 0; u < kw; ++u) o[j + u] = t[u];
   }
 }
 template <int V, class X> SEGOPS_HD void store_states(X* p, int64_t e, const X (&o)[V]) {
   constexpr int kw = state_width<X, V>();
-  if constexpr (kw == 0) {
 SEGOPS_UNROLL
-    for (int v = 0; v < V; ++v) wr(p + e + v, o[v]);
-  } else {
+  for (int j = 0; j < V; j += kw) {
+    X t[kw];
 SEGOPS_UNROLL
-    for (int j = 0; j < V; j += kw) {
-      SEGOPS_TRACE(p + e + j, sizeof(X) * kw, 2);
-      Vec<X, kw> t;
+    for (int u = 0; u < kw; ++u) t[u] = o[j + u];
+    store_vec<kw>(p, e + j, t);
+  }
+}
+// acc = x (+) acc for each of V states: x holds the rows just before acc's.
+template <class Op, int V>
+SEGOPS_HD void merge_before(typename Op::State (&x)[V], typename Op::State (&acc)[V]) {
 SEGOPS_UNROLL
-      for (int u = 0; u < kw; ++u) t.v[u] = o[j + u];
-      *reinterpret_cast<Vec<X, kw>*>(p + e + j) = t;
-    }
+  for (int v = 0; v < V; ++v) {
+    Op::merge(x[v], acc[v]);
+    acc[v] = x[v];
   }
 }
 // Entries of V states each that fit in `bytes` of registers (at least 1, at most cap).
 template <class X, int V> constexpr int states_in(int bytes, int cap) {
-  return bytes / int(sizeof(X) * V) < 1 ? 1 : (bytes / int(sizeof(X) * V) > cap ? cap : bytes / int(sizeof(X) * V));
+  const int n = bytes / int(sizeof(X) * V);
+  return n < 1 ? 1 : (n > cap ? cap : n);
 }
 
 // ---- batch -> indptr row ---------------------------------------------------------------------------
@@ -595,32 +595,36 @@ SEGOPS_UNROLL
 SEGOPS_UNROLL
     for (int u = 0; u < kBatch; ++u) {
       if (j < lo || kk[u] != k) return j;
-SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) {
-        Op::merge(t[u][v], acc[v]);
-        acc[v] = t[u][v];
-      }
+      merge_before<Op, V>(t[u], acc);
       --j;
     }
   }
   return j;
 }
 
-// Continues acc leftwards from entry j over the run of entries keyed k: level 0 down to the start of j's
-// group of K, then one level up from the group before (whose entry there is that group's trailing run of one
-// key), and so on; at most K entries per level. A run is merged in order, right to left.
+// Keyed partial states in L levels (F states an entry): level 0 written by a pass over chunks or pieces,
+// entry g of level l + 1 by LevelCarry from entries [g K, (g + 1) K) of level l.
+template <class State> struct KeyedLevels {
+  const State* carry[kMaxLevels];
+  const int64_t* key[kMaxLevels];
+  int L;
+  int64_t K;
+};
+
+// Continues acc leftwards from level-0 entry j over the run of entries keyed k: level 0 down to the start of
+// j's group of K, then one level up from the group before (whose entry there is that group's trailing run
+// of one key), and so on; at most K entries per level. A run is merged in order, right to left.
 template <class Op, int V>
-SEGOPS_HD void merge_levels_left(const typename Op::State* const (&carry)[kMaxLevels],
-                                 const int64_t* const (&key)[kMaxLevels], int L, int64_t K, int64_t j, int64_t k,
-                                 int64_t F, int64_t f, typename Op::State (&acc)[V]) {
+SEGOPS_HD void merge_levels_left(const KeyedLevels<typename Op::State>& lv, int64_t j, int64_t k, int64_t F,
+                                 int64_t f, typename Op::State (&acc)[V]) {
   using State = typename Op::State;
   int l = 0;
   while (j >= 0) {
-    const bool top = l + 1 >= L;
-    const int64_t gs = top ? 0 : (j / K) * K;
-    j = merge_run_left<Op, V, states_in<State, V>(128, 8)>(carry[l], key[l], j, gs, k, F, f, acc);
+    const bool top = l + 1 >= lv.L;
+    const int64_t gs = top ? 0 : (j / lv.K) * lv.K;
+    j = merge_run_left<Op, V, states_in<State, V>(128, 8)>(lv.carry[l], lv.key[l], j, gs, k, F, f, acc);
     if (j >= gs || top) break;  // another key stopped the walk, or the top level is done
-    j = gs / K - 1;             // the group before, one level up
+    j = gs / lv.K - 1;          // the group before, one level up
     ++l;
   }
 }
@@ -837,10 +841,7 @@ SEGOPS_UNROLL
 // empty.
 template <class Op, class OutT, int V> struct FinishLongSegments : PieceGrid {
   using State = typename Op::State;
-  const State* carry[kMaxLevels];  // carry[0] = part0, then LevelCarry's levels
-  const int64_t* key[kMaxLevels];
-  int L;
-  int64_t K;
+  KeyedLevels<State> lv;  // level 0: ReduceShortPieces' part0 / key0
   const State* part1;
   const int64_t* key1;
   OutT* out;
@@ -851,7 +852,7 @@ template <class Op, class OutT, int V> struct FinishLongSegments : PieceGrid {
     const int64_t b = ls.b, k = ls.i, f0 = ls.f0;
     if (f0 >= F) return;
     const int64_t c = b * ppb + k;
-    const int64_t sk = rd(key[0] + c);
+    const int64_t sk = rd(lv.key[0] + c);
     if (sk < 0) return;  // no long segment holds the piece's first row
     const int64_t s = iclamp(sk - b * S, 0, S - 1);
     const int64_t* p = indptr + bmap.offset(b);
@@ -863,20 +864,14 @@ template <class Op, class OutT, int V> struct FinishLongSegments : PieceGrid {
     const int64_t c0 = b * ppb + lo / P;
     const bool first_in_slot1 = lo % P != 0;
     State acc[V];
-    load_states<V>(carry[0], c * F + f0, acc);
-    merge_levels_left<Op, V>(carry, key, L, K, c - 1, sk, F, f0, acc);
+    load_states<V>(lv.carry[0], c * F + f0, acc);
+    merge_levels_left<Op, V>(lv, c - 1, sk, F, f0, acc);
     if (first_in_slot1 && c0 < c) {
       const int64_t k1 = rd_async(key1 + c0);
       State x[V];
       load_states<V>(part1, c0 * F + f0, x);
       SEGOPS_TRACE_USE();
-      if (k1 == sk) {
-SEGOPS_UNROLL
-        for (int v = 0; v < V; ++v) {
-          Op::merge(x[v], acc[v]);
-          acc[v] = x[v];
-        }
-      }
+      if (k1 == sk) merge_before<Op, V>(x, acc);
     }
     write_results<Op, V>(acc, hi - lo, N, out, arg, (b * S + s) * F + f0);
   }
@@ -1151,10 +1146,7 @@ template <class Op> struct LevelCarry {
 // threads whose state loads move 16 bytes each.
 template <class Op, class OutT, int V> struct Fixup : ChunkGrid {
   using State = typename Op::State;
-  const State* carry[kMaxLevels];
-  const int64_t* key[kMaxLevels];
-  int L;
-  int64_t K;
+  KeyedLevels<State> lv;  // level 0: the chunks' carries (pass 1)
   const State* head;
   const int64_t* hkey;
   int64_t C, N;
@@ -1173,7 +1165,7 @@ template <class Op, class OutT, int V> struct Fixup : ChunkGrid {
     const int64_t k = rd_async(hkey + c);
     int64_t kk[kPre];
 SEGOPS_UNROLL
-    for (int u = 0; u < kPre; ++u) kk[u] = c - 1 - u >= 0 ? rd_async(key[0] + c - 1 - u) : int64_t(-1);
+    for (int u = 0; u < kPre; ++u) kk[u] = c - 1 - u >= 0 ? rd_async(lv.key[0] + c - 1 - u) : int64_t(-1);
     SEGOPS_TRACE_USE();
     if (k < 0) return;
     // round 2: the head's state, the carries of the segment among those kPre, and the segment's offsets
@@ -1183,7 +1175,7 @@ SEGOPS_UNROLL
 SEGOPS_UNROLL
     for (int u = 0; u < kPre; ++u) {
       if (kk[u] == k) {
-        load_states<V>(carry[0], (c - 1 - u) * F + f, pre[u]);
+        load_states<V>(lv.carry[0], (c - 1 - u) * F + f, pre[u]);
       } else {
 SEGOPS_UNROLL
         for (int v = 0; v < V; ++v) pre[u][v] = Op::identity();
@@ -1195,7 +1187,7 @@ SEGOPS_UNROLL
     int64_t j = c - 1;
     // the preloaded carries, down to (not including) the first entry of the level-0 group, which the
     // walk below takes (it climbs a level after it)
-    const int64_t gs0 = L <= 1 || j < 0 ? 0 : (j / K) * K;
+    const int64_t gs0 = lv.L <= 1 || j < 0 ? 0 : (j / lv.K) * lv.K;
     bool stopped = false;
 SEGOPS_UNROLL
     for (int u = 0; u < kPre; ++u) {
@@ -1203,15 +1195,11 @@ SEGOPS_UNROLL
       if (kk[u] != k) {
         stopped = true;
       } else {
-SEGOPS_UNROLL
-        for (int v = 0; v < V; ++v) {
-          Op::merge(pre[u][v], acc[v]);
-          acc[v] = pre[u][v];
-        }
+        merge_before<Op, V>(pre[u], acc);
         --j;
       }
     }
-    if (!stopped) merge_levels_left<Op, V>(carry, key, L, K, j, k, F, f, acc);
+    if (!stopped) merge_levels_left<Op, V>(lv, j, k, F, f, acc);
     const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N);
     const int64_t count = imax(iclamp(ps1, base, end) - iclamp(ps, base, end), 0);
     write_results<Op, V>(acc, count, N, out, arg, k * F + f);
@@ -1510,6 +1498,20 @@ void take_levels(Carver& cv, const ReducePlan& pl, int64_t F, State* (&carry)[kM
   }
 }
 
+// The levels as the kernels that walk them read them.
+template <class State>
+KeyedLevels<State> keyed_levels(const ReducePlan& pl, int64_t K, State* const (&carry)[kMaxLevels],
+                                int64_t* const (&key)[kMaxLevels]) {
+  KeyedLevels<State> lv{};
+  for (int l = 0; l < pl.L; ++l) {
+    lv.carry[l] = carry[l];
+    lv.key[l] = key[l];
+  }
+  lv.L = pl.L;
+  lv.K = K;
+  return lv;
+}
+
 // Levels 1.. of the keyed partial states, in order (level l reads level l - 1).
 template <class Op, class Exec>
 void launch_levels(Exec& ex, const ReducePlan& pl, int64_t F, int64_t K, typename Op::State* const (&carry)[kMaxLevels],
@@ -1544,8 +1546,6 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, tf);
   auto fill_fixup = [&](auto& k) {  // (C = 0: it only publishes this call's indptr error)
     static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
-    k.L = pl.L;
-    k.K = t.level_k;
     k.N = g.N;
     k.out = out;
     k.arg = arg;
@@ -1558,7 +1558,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     ex.launch(publish, 1);
     return;
   }
-  if (pl.short_segs) {  // the pieces of long segments, one pass over whole segments, then publish (fx with no chunks)
+  if (pl.short_segs) {  // the pieces of long segments, one pass over whole segments, then publish
     State* carry[kMaxLevels] = {};  // carry[0]: slot 0 of every piece, then its levels
     int64_t* key[kMaxLevels] = {};
     State* part1 = nullptr;
@@ -1601,12 +1601,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
     };
     auto fill_finish = [&](auto& k) {
       static_cast<PieceGrid&>(k) = pieces;
-      for (int l = 0; l < pl.L; ++l) {
-        k.carry[l] = carry[l];
-        k.key[l] = key[l];
-      }
-      k.L = pl.L;
-      k.K = t.level_k;
+      k.lv = keyed_levels(pl, t.level_k, carry, key);
       k.part1 = part1;
       k.key1 = key1;
       k.out = out;
@@ -1685,10 +1680,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   auto finish = [&](auto& k) {
     fill_fixup(k);
     k.C = pl.C;
-    for (int l = 0; l < pl.L; ++l) {
-      k.carry[l] = carry[l];
-      k.key[l] = key[l];
-    }
+    k.lv = keyed_levels(pl, t.level_k, carry, key);
     k.head = head;
     k.hkey = hkey;
     ex.launch(k, imax(1, pl.C * (g.F / pl.V)));
