@@ -120,9 +120,11 @@ target_compile_definitions(torch_segops_C PRIVATE
   # The CUDA parts of the stable C shim (aoti_torch_get_current_cuda_stream, ...) are declared under
   # USE_CUDA; only the .cu needs them.
   $<$<COMPILE_LANGUAGE:CUDA>:USE_CUDA>)
+# Every nvcc warning is an error: a __host__ function called from __host__ __device__ code is only a warning
+# (#20011-D), and nvcc then drops the call from the device code (a search loop compiled to nothing).
 target_compile_options(torch_segops_C PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --threads=${TORCH_SEGOPS_NVCC_THREADS} ${_segops_compress}
-                             -Xcompiler=-Wall -Xcompiler=-fno-math-errno>)
+                             --Werror=all-warnings,cross-execution-space-call -Xcompiler=-Wall -Xcompiler=-fno-math-errno>)
 
 # ---- linking ---------------------------------------------------------------------------------------
 # The CUDA shim symbols (aoti_torch_get_current_cuda_stream) live in libtorch_cuda.so, and _C.so must name

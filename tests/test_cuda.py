@@ -4,9 +4,13 @@ reference), gradients, opcheck, torch.compile, run-to-run determinism and device
 Every test here is skipped, with the reason shown by `pytest -ra`, when there is no CUDA GPU or when
 the installed torch_segops binary was built without CUDA.
 
+Every reduction plan is forced explicitly (set_cuda_plans; docs/cuda.md) and checked to be the one that ran
+(cuda_plan_counts), instead of hoping that the shapes reach it.
+
 Dry run of this file's own logic without a GPU: TORCH_SEGOPS_CUDA_TESTS_DEVICE=cpu runs every test with
-"cuda" replaced by the CPU (so GPU-vs-CPU comparisons become CPU-vs-CPU). That only checks the test
-code; it says nothing about CUDA kernels. Tests that need two distinct devices are skipped then.
+"cuda" replaced by the CPU (so GPU-vs-CPU comparisons become CPU-vs-CPU) on 100x smaller large shapes. That
+only checks the test code (decorators, fixtures, helpers); it says nothing about CUDA kernels. Tests that need
+two distinct devices are skipped then. CI runs it (tests/test_test_files.py).
 """
 
 from __future__ import annotations
@@ -93,8 +97,6 @@ def test_gather_matches_cpu(case):
     R.assert_equal(got.cpu(), so.gather_csr(src, indptr, size=size), f"cuda gather {case['desc']}")
 
 
-@pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(REDUCES))
 def _cut_indptr(rows: int, n_seg: int, g: torch.Generator, hub: bool = False) -> torch.Tensor:
     """n_seg segments with random cut points; hub: the first holds a quarter of the rows (the short-segment
     plan's long-segment pieces, FinishLongSegments)."""
@@ -104,18 +106,73 @@ def _cut_indptr(rows: int, n_seg: int, g: torch.Generator, hub: bool = False) ->
     return torch.cat([torch.tensor(head), cuts[: n_seg - len(head)], torch.tensor([rows])])
 
 
-# (rows, F, segments[, hub]): merge-path plan (long segments), F = 1 block kernel, wide rows, the short-segment
-# plan (at most 16 rows per segment on average) with vector and scalar lanes, and with one huge segment
-@pytest.mark.parametrize("shape", [(300_000, 16, 3), (2_000_000, 1, 50_000), (20_000, 300, 7),
-                                   (400_000, 16, 50_000), (300_000, 3, 100_000), (400_000, 16, 50_000, True),
-                                   (300_000, 3, 100_000, True)])
-def test_large_matches_cpu(shape, name, dtype):
-    rows, feat, n_seg, *hub = shape
+# The reduction plans (docs/cuda.md, TORCH_SEGOPS_CUDA_PLANS): each case forces the one it is for, and checks on
+# a GPU that it ran. set_cuda_plans takes a set holding short or merge; "block" alone is spelt "block,merge".
+PLAN_SPECS = {"short": "short", "merge": "merge", "block": "block,merge"}
+
+
+@pytest.fixture
+def force_plan():
+    """force_plan(plan) restricts the CUDA reductions to `plan` until the test ends; returns a function that
+    asserts (on a GPU) that every reduction since then ran on that plan."""
+    previous = so.set_cuda_plans(None)
+
+    def force(plan: str):
+        so.set_cuda_plans(PLAN_SPECS[plan])
+        before = so.cuda_plan_counts()
+
+        def ran_only_on_plan():
+            if DRY_RUN:
+                return  # the CPU kernels have no plans
+            after = so.cuda_plan_counts()
+            grew = {k for k in after if after[k] > before[k]}
+            assert grew == {plan}, f"forced plan {plan}, but the reductions ran on {sorted(grew)} ({before} -> {after})"
+
+        return ran_only_on_plan
+
+    yield force
+    so.set_cuda_plans(previous)
+
+
+def _scaled(rows: int, n_seg: int) -> tuple[int, int]:
+    """The dry run (CPU device) checks the test code on shapes 100x smaller."""
+    return (max(rows // 100, 40), max(n_seg // 100, 3)) if DRY_RUN else (rows, n_seg)
+
+
+# (id, plan, rows, F, segments, hub): every plan with vector and scalar lanes, the F = 1 block kernel, the short
+# plan's hub pieces (400k rows: 1563 pieces of 256 rows, so two levels of piece states above the pieces), one-
+# feature inputs on the plans TORCH_SEGOPS_CUDA_PLANS can force instead of the block kernel, and short-segment
+# shapes forced onto the merge-path plan.
+LARGE = [
+    ("merge-F16", "merge", 300_000, 16, 3, False),
+    ("merge-F300", "merge", 20_000, 300, 7, False),
+    ("merge-F16-short-segments", "merge", 400_000, 16, 50_000, False),
+    ("merge-F3-short-segments", "merge", 300_000, 3, 100_000, False),
+    ("merge-F1", "merge", 500_000, 1, 5_000, False),
+    ("block-F1", "block", 2_000_000, 1, 50_000, False),
+    ("block-F1-short-segments", "block", 500_000, 1, 100_000, False),
+    ("short-F16", "short", 400_000, 16, 50_000, False),
+    ("short-F3", "short", 300_000, 3, 100_000, False),
+    ("short-F16-hub-levels", "short", 400_000, 16, 50_000, True),
+    ("short-F3-hub-levels", "short", 300_000, 3, 100_000, True),
+    ("short-F1", "short", 500_000, 1, 100_000, False),
+    ("short-F16-long-segments", "short", 300_000, 16, 3, False),
+]
+
+
+@pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(REDUCES))
+@pytest.mark.parametrize("case", LARGE, ids=[c[0] for c in LARGE])
+def test_large_matches_cpu(case, name, dtype, force_plan):
+    _, plan, rows, feat, n_seg, hub = case
+    rows, n_seg = _scaled(rows, n_seg)
     g = torch.Generator().manual_seed(rows)
     src = torch.randn(rows, feat, generator=g).to(dtype)
-    indptr = _cut_indptr(rows, n_seg, g, bool(hub))
+    indptr = _cut_indptr(rows, n_seg, g, hub)
     cpu = REDUCES[name](src, indptr)
+    ran_only_on_plan = force_plan(plan)
     gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
+    ran_only_on_plan()
     if isinstance(cpu, tuple):
         R.assert_equal(gpu[0].cpu(), cpu[0], f"{name} values")
         R.assert_equal(gpu[1].cpu(), cpu[1], f"{name} arg")
@@ -139,6 +196,32 @@ def test_large_matches_cpu(shape, name, dtype):
         tol = 8 * eps * scale + rounding
     diff = (gpu.cpu().double() - cpu.double()).abs()
     assert bool((diff <= tol).all()), f"large {name} {dtype}: max excess {(diff - tol).max().item():.3g}"
+
+
+def test_publish_only_plan_reports_bad_indptr():
+    """Nothing to reduce (no features, or no segments): the validation and publish launches alone."""
+    before = so.cuda_plan_counts()
+    with pytest.raises(RuntimeError, match="indptr must be non-decreasing"):
+        so.segment_sum_csr(torch.randn(6, 0, device=DEV), torch.tensor([0, 4, 2, 6], device=DEV))  # no features
+        so.check_errors()
+    empty = so.segment_max_csr(torch.randn(6, 3, device=DEV), torch.tensor([3], device=DEV))  # no segments
+    assert empty[0].shape == (0, 3) and empty[1].shape == (0, 3)
+    if not DRY_RUN:
+        after = so.cuda_plan_counts()
+        assert after["none"] >= before["none"] + 2 and {k for k in after if after[k] > before[k]} == {"none"}
+
+
+def test_set_cuda_plans_rejects_bad_sets():
+    previous = so.set_cuda_plans("merge")
+    try:
+        assert so.cuda_plans() == "merge" and so.build_info()["cuda_plans"] == "merge"
+        for bad, match in [("block", "add short or merge"), ("merge,fast", "unknown CUDA reduction plan 'fast'")]:
+            with pytest.raises(ValueError, match=match):
+                so.set_cuda_plans(bad)
+            assert so.cuda_plans() == "merge"  # unchanged
+    finally:
+        so.set_cuda_plans(previous)
+    assert so.cuda_plans() == "short,merge,block"
 
 
 @pytest.mark.parametrize("name", list(REDUCES))
@@ -205,15 +288,18 @@ def test_compile_cuda(name):
     torch.testing.assert_close(compiled(src, indptr), fn(src, indptr))
 
 
-@pytest.mark.parametrize("shape", [(2_000_000, 4, 1000), (2_000_000, 1, 250_000), (400_000, 16, 50_000),
-                                   (400_000, 16, 50_000, True)],
-                         ids=["merge-path", "block-F1", "short-segments", "short-segments-hub"])
+@pytest.mark.parametrize("shape", [("merge", 2_000_000, 4, 1000), ("block", 2_000_000, 1, 250_000),
+                                   ("short", 400_000, 16, 50_000), ("short", 400_000, 16, 50_000, True),
+                                   ("merge", 2_000_000, 1, 250_000)],
+                         ids=["merge-path", "block-F1", "short-segments", "short-segments-hub", "merge-path-F1"])
 @pytest.mark.parametrize("name", ["sum", "mean", "max", "logsumexp", "softmax"])
-def test_determinism_run_to_run(name, shape):
-    rows, feat, n_seg, *hub = shape
+def test_determinism_run_to_run(name, shape, force_plan):
+    plan, rows, feat, n_seg, *hub = shape
+    rows, n_seg = _scaled(rows, n_seg)
     g = torch.Generator().manual_seed(4)
     src = torch.randn(rows, feat, generator=g).to(DEV)
     indptr = _cut_indptr(rows, n_seg, g, bool(hub)).to(DEV)
+    ran_only_on_plan = force_plan(plan)
     first = REDUCES[name](src, indptr)
     first = first if isinstance(first, tuple) else (first,)
     for _ in range(3):
@@ -221,6 +307,7 @@ def test_determinism_run_to_run(name, shape):
         again = again if isinstance(again, tuple) else (again,)
         for a, b in zip(first, again):
             assert torch.equal(a, b), f"cuda {name}: results differ between runs"
+    ran_only_on_plan()
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max"])
@@ -240,6 +327,26 @@ def test_out_ops_write_in_place_cuda(reduce):
     _ops.gather_csr_out(seg, indptr, gout)
     assert torch.equal(gout, _ops.gather_csr(seg, indptr, 45))
     torch.library.opcheck(_ops.gather_csr_out.default, (seg, indptr, gout))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_misaligned_out(reduce, dtype):
+    """A contiguous out= that starts 2 or 4 bytes past a 16-byte boundary (storage offset 1): the kernels must
+    not store 16-byte vectors into it (cudaErrorMisalignedAddress, which poisons the CUDA context)."""
+    src = torch.randn(4000, 16, device=DEV).to(dtype)
+    indptr = torch.tensor([0, 3, 3, 1000, 2500, 4000], device=DEV)
+    out = torch.empty(5 * 16 + 1, device=DEV, dtype=dtype)[1:].view(5, 16)
+    assert out.data_ptr() % 16 != 0
+    assert so.segment_csr(src, indptr, out=out, reduce=reduce) is out
+    so.check_errors()
+    want = REDUCES[reduce](src.cpu(), indptr.cpu())
+    want = want[0] if isinstance(want, tuple) else want
+    torch.testing.assert_close(out.cpu().float(), want.float(), rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3)
+    seg = torch.randn(5, 16, device=DEV).to(dtype)
+    gout = torch.empty(4000 * 16 + 1, device=DEV, dtype=dtype)[1:].view(4000, 16)
+    so.gather_csr(seg, indptr, out=gout)
+    R.assert_equal(gout.cpu(), so.gather_csr(seg.cpu(), indptr.cpu()), "gather into a misaligned out")
 
 
 @needs_two_devices

@@ -146,11 +146,13 @@ inline torch::stable::Tensor converted(const torch::stable::Tensor& t, torch::he
 
 // An op entry point whose torch-call failures carry torch's message (see rethrow_torch_error):
 // m.impl("segment_reduce", TORCH_BOX(&guarded<&segment_reduce_cpu, kSegmentReduce>::call)).
-template <auto Fn, const char* Op>
-struct guarded;
+// (The function type is a parameter of its own so that R and A are deducible from it: nvcc rejects a partial
+// specialization whose parameters only appear inside a non-type argument, warning #842-D.)
+template <class FnType, FnType Fn, const char* Op>
+struct guarded_call;
 
 template <class R, class... A, R (*Fn)(A...), const char* Op>
-struct guarded<Fn, Op> {
+struct guarded_call<R (*)(A...), Fn, Op> {
   static R call(A... args) {
     try {
       return Fn(args...);
@@ -159,6 +161,9 @@ struct guarded<Fn, Op> {
     }
   }
 };
+
+template <auto Fn, const char* Op>
+using guarded = guarded_call<decltype(Fn), Fn, Op>;
 
 // The op names, as template arguments of `guarded`.
 inline constexpr char kSegmentReduce[] = "segment_reduce";

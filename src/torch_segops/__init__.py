@@ -18,7 +18,8 @@ def _doctor_is_starting() -> bool:
 
 try:
     # _library imports torch: a broken torch must not stop the doctor either.
-    from ._library import LibraryLoadError, build_info, check_errors, library_path, load
+    from ._library import (LibraryLoadError, build_info, check_errors, cuda_plan_counts, cuda_plans, library_path, load,
+                           set_cuda_plans)
 
     load()
     __version__: str = build_info()["version"]
@@ -76,6 +77,8 @@ __all__ = [
     "__version__",
     "build_info",
     "check_errors",
+    "cuda_plan_counts",
+    "cuda_plans",
     "gather_coo",
     "gather_csr",
     "library_path",
@@ -100,4 +103,5 @@ __all__ = [
     "segment_softmax_csr",
     "segment_sum_coo",
     "segment_sum_csr",
+    "set_cuda_plans",
 ]

@@ -15,6 +15,7 @@ from functools import lru_cache
 import torch
 
 LIBRARY_ENV = "TORCH_SEGOPS_LIBRARY"
+PLANS_ENV = "TORCH_SEGOPS_CUDA_PLANS"  # the CUDA reduction plans allowed (cuda_plans())
 
 
 class LibraryLoadError(ImportError):
@@ -60,8 +61,7 @@ def _cdll() -> ctypes.CDLL:
 
 
 @lru_cache(maxsize=None)
-def build_info() -> dict:
-    """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs, CPU kernel sets."""
+def _built_as() -> dict:
     lib = _cdll()
     fn = lib.torch_segops_build_info
     fn.restype = ctypes.c_char_p
@@ -77,6 +77,65 @@ def build_info() -> dict:
         info["cpu_isa"] = isa().decode()
     info["library"] = load()
     return info
+
+
+def build_info() -> dict:
+    """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs, CPU kernel sets;
+    and what this process runs: the CPU kernel set (``cpu_isa``) and the CUDA reduction plans allowed
+    (``cuda_plans``, see :func:`cuda_plans`)."""
+    info = dict(_built_as())
+    try:
+        info["cuda_plans"] = cuda_plans()
+    except ValueError as e:
+        info["cuda_plans"] = f"invalid: {e}"
+    return info
+
+
+def _plans_call(fn_name: str, *args) -> str:
+    fn = getattr(_cdll(), fn_name)
+    buf = ctypes.create_string_buffer(512)
+    if fn(*args, buf, len(buf)):
+        raise ValueError(buf.value.decode(errors="replace"))
+    return buf.value.decode()
+
+
+def cuda_plans() -> str:
+    """The CUDA reduction plans this process may use, e.g. ``"short,merge,block"`` (every plan, the default).
+
+    The plans (docs/cuda.md): ``short`` (groups of lanes own whole short segments; long ones in pieces),
+    ``merge`` (the merge-path plan) and ``block`` (the one-feature block kernel). Set once per process by the
+    environment variable ``TORCH_SEGOPS_CUDA_PLANS`` (read at first use, e.g. ``TORCH_SEGOPS_CUDA_PLANS=merge``),
+    or at run time with :func:`set_cuda_plans`. Raises ``ValueError`` if the variable holds an invalid set (every
+    CUDA reduction then raises the same error). The CPU kernels ignore the setting.
+    """
+    return _plans_call("torch_segops_cuda_plans")
+
+
+def set_cuda_plans(plans: str | None) -> str:
+    """Restrict the CUDA reductions of this process to ``plans`` and return the previous setting.
+
+    ``plans``: a comma-separated subset of ``short``, ``merge``, ``block`` holding ``short`` or ``merge`` (each
+    handles every shape; ``block`` only one-feature inputs), or ``"all"`` / ``None`` for every plan. A way
+    around a plan that misbehaves on some GPU: ``set_cuda_plans("merge")`` runs every reduction on the
+    merge-path plan. Takes effect at the next op call; results stay deterministic for a fixed setting, and
+    may differ in the last bits between plans (another summation order).
+    """
+    if plans is not None and not isinstance(plans, str):
+        raise TypeError(f"torch_segops.set_cuda_plans: plans must be a str or None, got {type(plans).__name__}")
+    try:
+        previous = cuda_plans()
+    except ValueError:  # an invalid TORCH_SEGOPS_CUDA_PLANS, being replaced
+        previous = "all"
+    _plans_call("torch_segops_set_cuda_plans", (plans or "all").encode())
+    return previous
+
+
+def cuda_plan_counts() -> dict:
+    """How many CUDA reductions ran on each plan since the library was loaded (``none``: nothing to reduce).
+    All zero for the CPU build. For tests and diagnosis."""
+    counts = (ctypes.c_ulonglong * 4)()
+    n = _cdll().torch_segops_cuda_plan_counts(counts, 4)
+    return dict(zip(("none", "short", "merge", "block"), list(counts)[:n]))
 
 
 def check_errors() -> None:

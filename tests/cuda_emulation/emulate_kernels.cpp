@@ -347,16 +347,18 @@ void reference_reduce(const Problem& pb, const T* x, std::vector<T>& out, std::v
   }
 }
 
+// misalign: 0 every buffer 16-byte aligned, 1 inputs and outputs one element off, 2 the outputs only (a user's
+// out= at a storage offset: the kernels must not take the vector path for them, UBSan checks the stores).
 template <class Op, typename T>
-void run_reduce_case(const Problem& pb, const Tuning& tune, bool misalign, bool exact, bool invalid) {
+void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool exact, bool invalid) {
   using A = acc_t<T>;
   std::mt19937_64 rng(pb.N * 31 + pb.S * 7 + pb.F);
   const int64_t B = pb.B(), n_out = B * pb.S * pb.F;
-  Buf<T> x = make_data<T>(rng, static_cast<size_t>(B * pb.N * pb.F), misalign, Op::kHasArg);
+  Buf<T> x = make_data<T>(rng, static_cast<size_t>(B * pb.N * pb.F), misalign == 1, Op::kHasArg);
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);
-  const bool vec_ok = reinterpret_cast<uintptr_t>(x.p) % 16 == 0;
+  const bool in_aligned = reinterpret_cast<uintptr_t>(x.p) % 16 == 0;
 
   Buf<T> first;
   Buf<int64_t> first_arg;
@@ -364,10 +366,10 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, bool misalign, bool 
     HostExec ex;
     ex.order = order;
     HostErrors he;
-    Buf<T> out(static_cast<size_t>(n_out));
-    Buf<int64_t> arg(static_cast<size_t>(Op::kHasArg ? n_out : 0));
-    run_reduce<Op>(ex, g, SrcLoad<T>{x.p}, out.p, Op::kHasArg ? arg.p : nullptr, he.ctx(kOpSegmentCsr, pb.N), vec_ok,
-                   tune);
+    Buf<T> out(static_cast<size_t>(n_out), misalign != 0);
+    Buf<int64_t> arg(static_cast<size_t>(Op::kHasArg ? n_out : 0), misalign != 0);
+    run_reduce<Op>(ex, g, SrcLoad<T>{x.p}, out.p, Op::kHasArg ? arg.p : nullptr, he.ctx(kOpSegmentCsr, pb.N),
+                   in_aligned, tune);
     check_error_report(pb, he, pb.N, "reduce");
     if (order == 0) {
       if (!invalid) {
@@ -396,7 +398,7 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, bool misalign, bool 
 }
 
 template <typename T>
-void run_reduce_all(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+void run_reduce_all(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   using A = acc_t<T>;
   run_reduce_case<SumOp<A>, T>(pb, tune, misalign, true, invalid);
   run_reduce_case<ArgExtremumOp<A, false>, T>(pb, tune, misalign, true, invalid);
@@ -410,14 +412,14 @@ void run_reduce_all(const Problem& pb, const Tuning& tune, bool misalign, bool i
 // ---- expansions ----------------------------------------------------------------------------------------
 
 template <typename T>
-void run_gather_case(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+void run_gather_case(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   // gather: src holds one row per segment ([B, S, F]); output has R rows
   std::mt19937_64 rng(pb.N + pb.S + 11);
   const int64_t B = pb.B(), S = pb.S, F = pb.F;
   int64_t max_last = 0;
   for (int64_t r = 0; r < pb.rows(); ++r) max_last = std::max(max_last, pb.indptr[r * (S + 1) + S]);
   if (invalid) max_last = 6;
-  Buf<T> src = make_data<T>(rng, static_cast<size_t>(B * S * F), misalign, false);
+  Buf<T> src = make_data<T>(rng, static_cast<size_t>(B * S * F), misalign == 1, false);
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);  // N is unused by gather's kernels
@@ -449,9 +451,9 @@ void run_gather_case(const Problem& pb, const Tuning& tune, bool misalign, bool 
       HostErrors he;
       const ErrorContext ec = he.ctx(kOpGatherCsr, R);
       launch_validate(ex, g, ec, nullptr, tune);
-      Buf<T> out(static_cast<size_t>(n_out), misalign);
-      const bool vec_ok = reinterpret_cast<uintptr_t>(src.p) % 16 == 0 && reinterpret_cast<uintptr_t>(out.p) % 16 == 0;
-      run_expand<SrcLoad<T>::kVec>(ex, g, R, GatherFn<T>{src.p}, out.p, ec.publish(g), vec_ok, tune);
+      Buf<T> out(static_cast<size_t>(n_out), misalign != 0);
+      const bool in_aligned = reinterpret_cast<uintptr_t>(src.p) % 16 == 0;
+      run_expand<SrcLoad<T>::kVec>(ex, g, R, GatherFn<T>{src.p}, out.p, ec.publish(g), in_aligned, tune);
       check_error_report(pb, he, R, "gather");
       if (invalid) continue;
       if (order == 0) {
@@ -478,12 +480,12 @@ void run_gather_case(const Problem& pb, const Tuning& tune, bool misalign, bool 
 }
 
 template <typename T>
-void run_softmax_case(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+void run_softmax_case(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   using A = acc_t<T>;
   std::mt19937_64 rng(pb.N * 3 + pb.S + 5);
   const int64_t B = pb.B(), N = pb.N, S = pb.S, F = pb.F, n = B * N * F;
-  Buf<T> x = make_data<T>(rng, static_cast<size_t>(n), misalign, false);
-  Buf<T> gr = make_data<T>(rng, static_cast<size_t>(n), misalign, false);
+  Buf<T> x = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, false);
+  Buf<T> gr = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, false);
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);
@@ -498,9 +500,8 @@ void run_softmax_case(const Problem& pb, const Tuning& tune, bool misalign, bool
     Buf<A> lse(static_cast<size_t>(B * S * F));
     run_reduce<LogSumExpOp<A>>(ex, g, SrcLoad<T>{x.p}, lse.p, nullptr, he.ctx(kOpSoftmax, N), xa, tune);
     check_error_report(pb, he, N, "softmax");
-    Buf<T> out(static_cast<size_t>(n), misalign);
-    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxFn<T>{x.p, lse.p}, out.p, Publish{},
-                                 xa && reinterpret_cast<uintptr_t>(out.p) % 16 == 0, tune);
+    Buf<T> out(static_cast<size_t>(n), misalign != 0);
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxFn<T>{x.p, lse.p}, out.p, Publish{}, xa, tune);
     // backward with y = x (integer-valued, so the reference is exact): y * (g - segsum(g * y))
     HostErrors he2;
     Buf<A> dot(static_cast<size_t>(B * S * F));
@@ -508,9 +509,8 @@ void run_softmax_case(const Problem& pb, const Tuning& tune, bool misalign, bool
     run_reduce<SumOp<A>>(ex, g, ProdLoad<T>{gr.p, x.p}, dot.p, nullptr, he2.ctx(kOpSoftmaxBackward, N), xa && ga,
                          tune);
     check_error_report(pb, he2, N, "softmax backward");
-    Buf<T> gin(static_cast<size_t>(n), misalign);
-    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxBackwardFn<T>{x.p, gr.p, dot.p}, gin.p, Publish{},
-                                 xa && ga && reinterpret_cast<uintptr_t>(gin.p) % 16 == 0, tune);
+    Buf<T> gin(static_cast<size_t>(n), misalign != 0);
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxBackwardFn<T>{x.p, gr.p, dot.p}, gin.p, Publish{}, xa && ga, tune);
     if (invalid) continue;
     if (order == 0) {
       for (int64_t b = 0; b < B; ++b) {
@@ -551,7 +551,7 @@ void run_softmax_case(const Problem& pb, const Tuning& tune, bool misalign, bool
 
 // ---- driver --------------------------------------------------------------------------------------------
 
-template <typename T> void run_all_ops(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+template <typename T> void run_all_ops(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   run_reduce_all<T>(pb, tune, misalign, invalid);
   if (pb.N == pb.S) run_gather_case<T>(pb, tune, misalign, invalid);
   if constexpr (std::is_floating_point_v<acc_t<T>>) run_softmax_case<T>(pb, tune, misalign, invalid);
@@ -559,7 +559,7 @@ template <typename T> void run_all_ops(const Problem& pb, const Tuning& tune, bo
 
 // SEGOPS_EMU_QUICK (CI): one dtype per kernel path: float (4-wide vectors), bfloat16 (8-wide, float
 // accumulation), int64 (2-wide, integer reducers). The full build adds double, half and int32.
-void run_all_dtypes(const Problem& pb, const Tuning& tune, bool misalign, bool invalid) {
+void run_all_dtypes(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   run_all_ops<float>(pb, tune, misalign, invalid);
   run_all_ops<BF16>(pb, tune, misalign, invalid);
   run_all_ops<int64_t>(pb, tune, misalign, invalid);
@@ -627,6 +627,50 @@ void check_messages() {
                              "architectures 75-real;120-virtual", "driver is too old to JIT-compile its PTX",
                              "update the NVIDIA driver", "CUDAARCHS=\"120-real\""};
   for (const char* part : ptx_parts) EXPECT(has(ptx, part), "missing \"%s\" in: %s", part, ptx.c_str());
+}
+
+// ---- host-side decisions: the vector path, the plan choice, TORCH_SEGOPS_CUDA_PLANS ---------------------
+
+void check_host_decisions() {
+  g_ctx = "vector path";
+  alignas(64) static float f[64];
+  alignas(64) static double d[16];
+  EXPECT(vector_path_ok<4>(true, f) && vector_path_ok<4>(true, f + 4), "aligned float out refused");
+  EXPECT(!vector_path_ok<4>(true, f + 1) && !vector_path_ok<4>(true, f + 2), "float out at 4/8 bytes accepted");
+  EXPECT(!vector_path_ok<4>(false, f), "misaligned input accepted");
+  EXPECT(vector_path_ok<2>(true, d) && !vector_path_ok<2>(true, d + 1), "double out");
+  // float states of a 16-bit input: 8 per store, 32 bytes
+  EXPECT(vector_path_ok<8>(true, f + 8) && !vector_path_ok<8>(true, f + 4), "32-byte float stores");
+  const ReducePlan vp = plan_reduce(1, 100, 10, 16, 4, vector_path_ok<4>(true, f + 1));
+  EXPECT(vp.V == 1, "a misaligned out kept vector lanes (V = %d)", vp.V);
+
+  g_ctx = "plan choice";
+  Tuning t;
+  EXPECT(choose_plan(1000, 10, 1, t) == kPlanBlock && choose_plan(100, 50, 1, t) == kPlanBlock, "F == 1: block");
+  EXPECT(choose_plan(100, 50, 8, t) == kPlanShort && choose_plan(1000, 10, 8, t) == kPlanMerge, "F > 1 default");
+  t.plans = plan_bit(kPlanMerge);
+  EXPECT(choose_plan(100, 50, 1, t) == kPlanMerge && choose_plan(100, 50, 8, t) == kPlanMerge, "merge only");
+  t.plans = plan_bit(kPlanShort);
+  EXPECT(choose_plan(1000, 10, 1, t) == kPlanShort && choose_plan(1000, 10, 8, t) == kPlanShort, "short only");
+  t.plans = plan_bit(kPlanShort) | plan_bit(kPlanBlock);
+  EXPECT(choose_plan(1000, 10, 1, t) == kPlanBlock && choose_plan(1000, 10, 8, t) == kPlanShort, "short,block");
+  t.plans = plan_bit(kPlanMerge) | plan_bit(kPlanBlock);
+  EXPECT(choose_plan(100, 50, 8, t) == kPlanMerge, "merge,block never picks short");
+  EXPECT(plan_reduce(0, 10, 3, 4, 4, true, t).kind == kPlanNone && plan_reduce(1, 10, 3, 0, 4, true, t).kind == kPlanNone,
+         "nothing to reduce");
+
+  g_ctx = "plans spec";
+  unsigned m = 0;
+  std::string err;
+  EXPECT(parse_plans("", m, err, "X") && m == kAllPlans && parse_plans("all", m, err, "X") && m == kAllPlans, "all");
+  EXPECT(parse_plans(" merge , block", m, err, "X") && m == (plan_bit(kPlanMerge) | plan_bit(kPlanBlock)), "list");
+  EXPECT(plans_spec(m) == "merge,block" && plans_spec(kAllPlans) == "short,merge,block", "spec %s", plans_spec(m).c_str());
+  EXPECT(!parse_plans("merge,fast", m, err, "TORCH_SEGOPS_CUDA_PLANS") &&
+             err.find("TORCH_SEGOPS_CUDA_PLANS: unknown CUDA reduction plan 'fast'") != std::string::npos,
+         "unknown: %s", err.c_str());
+  EXPECT(!parse_plans("block", m, err, "X") && err.find("add short or merge") != std::string::npos, "block alone: %s",
+         err.c_str());
+  EXPECT(!parse_plans("merge,,short", m, err, "X"), "an empty item accepted");
 }
 
 // Block kernels that break the barrier rules: the emulation must abort with the reason (test_cuda_build.py
@@ -697,8 +741,12 @@ int main(int argc, char** argv) {
   mid.max_lanes = 16;
   mid.target_threads = 64;
   mid.reduce_threads = 64;
-  const Tuning* tunings[] = {&dflt, &tiny, &mid, &tiny_short};
-  const char* tuning_names[] = {"default", "tiny", "mid", "tiny-short"};
+  // One-feature inputs on the plans that TORCH_SEGOPS_CUDA_PLANS can force instead of the block kernel.
+  Tuning tiny_merge_only = tiny, tiny_short_only = tiny_short;
+  tiny_merge_only.plans = plan_bit(kPlanMerge);
+  tiny_short_only.plans = plan_bit(kPlanShort);
+  const Tuning* tunings[] = {&dflt, &tiny, &mid, &tiny_short, &tiny_merge_only, &tiny_short_only};
+  const char* tuning_names[] = {"default", "tiny", "mid", "tiny-short", "tiny-merge-only", "tiny-short-only"};
 
   struct Shape {
     std::vector<int64_t> lead, ind_lead;
@@ -719,12 +767,13 @@ int main(int argc, char** argv) {
     for (int kind = 0; kind < 8; ++kind) {
       const Shape& sh = shapes[si];
       const Problem pb = make_problem(rng, sh.lead, sh.ind_lead, sh.N, sh.S, sh.F, kind);
-      for (int ti = 0; ti < 4; ++ti) {
+      for (int ti = 0; ti < 6; ++ti) {
         if (quick && ti == 2) continue;
-        for (int mis = 0; mis < 2; ++mis) {
-          if (mis == 1 && (kind % 2 == 1 || ti != 0)) continue;
-          g_ctx = pb.name + " tuning=" + tuning_names[ti] + (mis ? " misaligned" : "");
-          run_all_dtypes(pb, *tunings[ti], mis == 1, false);
+        if (ti >= 4 && sh.F != 1) continue;  // F > 1: the same plans as tiny / tiny-short
+        for (int mis = 0; mis < 3; ++mis) {
+          if (mis != 0 && (kind % 2 == 1 || ti != 0)) continue;
+          g_ctx = pb.name + " tuning=" + tuning_names[ti] + (mis == 1 ? " misaligned" : mis == 2 ? " misaligned out" : "");
+          run_all_dtypes(pb, *tunings[ti], mis, false);
         }
       }
       // gather shapes: N == S
@@ -732,7 +781,8 @@ int main(int argc, char** argv) {
       for (int ti = 0; ti < 2; ++ti) {
         g_ctx = gp.name + " tuning=" + tuning_names[ti];
         run_gather_case<float>(gp, *tunings[ti], false, false);
-        run_gather_case<BF16>(gp, *tunings[ti], ti == 1, false);
+        run_gather_case<BF16>(gp, *tunings[ti], ti == 1 ? 1 : 0, false);
+        run_gather_case<float>(gp, *tunings[ti], 2, false);
         run_gather_case<int64_t>(gp, *tunings[ti], false, false);
       }
     }
@@ -770,6 +820,10 @@ int main(int argc, char** argv) {
       g_ctx = pb.name + " batched";
       run_all_dtypes(pb2, tiny, false, true);
       run_all_dtypes(pb2, tiny_short, false, true);
+      if (F == 1) {
+        run_all_dtypes(pb2, tiny_merge_only, false, true);
+        run_all_dtypes(pb2, tiny_short_only, false, true);
+      }
       // gather with the same offsets (S rows of src, output size 6)
       Problem gp = pb;
       gp.N = gp.S;
@@ -809,6 +863,7 @@ int main(int argc, char** argv) {
   }
 
   check_messages();
+  check_host_decisions();
 
   std::printf("%ld passed, %ld failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;

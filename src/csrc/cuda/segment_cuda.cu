@@ -37,6 +37,7 @@
 
 #include "csr_args.h"
 #include "cuda/error_messages.h"
+#include "cuda_plans.h"
 #include "cuda/segment_kernels.cuh"
 #include "reducers.h"
 #include "segment_ops.h"
@@ -196,7 +197,7 @@ std::atomic<uint32_t> g_call_counter{0};
 
 template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
 template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned16(const void* p) { return aligned_to(p, 16); }
 
 class CudaCall {
  public:
@@ -376,6 +377,21 @@ struct CudaBackend {
 
   CudaBackend(const CsrArgs& a, OpId id) : op(op_names(id).name), call(a.src, op, id), g(make_geometry(a, op)) {}
 
+  // The plans this process allows (TORCH_SEGOPS_CUDA_PLANS, torch_segops.set_cuda_plans); read per call, so a
+  // change takes effect at the next one.
+  Tuning tuning() const {
+    std::string error;
+    Tuning t;
+    t.plans = allowed_cuda_plans(&error);
+    SEGOPS_CHECK(t.plans != 0, op, error);
+    return t;
+  }
+
+  template <class Op, class Load, class OutT>
+  void reduce_with(const Load& load, OutT* out, int64_t* arg, int64_t limit, bool in_aligned) {
+    count_cuda_plan(run_reduce<Op>(call, g, load, out, arg, call.errors(limit), in_aligned, tuning()));
+  }
+
   Tensor output(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
                 const char* name) const {
     return output_for(like, sizes, dtype, given, op, name);
@@ -400,8 +416,8 @@ struct CudaBackend {
       const T* x = cptr<T>(a.src);
       dispatch_reduce<T>(r, [&](auto op_tag) {
         using Op = typename decltype(op_tag)::type;
-        run_reduce<Op>(call, g, SrcLoad<T>{x}, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr,
-                       call.errors(a.N), aligned16(x));
+        reduce_with<Op>(SrcLoad<T>{x}, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr, a.N,
+                        aligned16(x));
       });
     });
   }
@@ -411,8 +427,7 @@ struct CudaBackend {
       using T = typename decltype(tag)::type;
       const T* x = cptr<T>(a.src);
       T* o = mptr<T>(out);
-      run_expand<SrcLoad<T>::kVec>(call, g, R, GatherFn<T>{x}, o, pub,
-                                   aligned16(x) && aligned16(o));
+      run_expand<SrcLoad<T>::kVec>(call, g, R, GatherFn<T>{x}, o, pub, aligned16(x));
     });
   }
 
@@ -446,9 +461,9 @@ struct CudaBackend {
                           const MakeFn& make_fn) {
     using A = acc_t<T>;
     Tensor stats = new_tensor(a.src, {a.B * a.S * a.F}, scalar_type_of<A>(), op, "softmax statistics");
-    run_reduce<Op>(call, g, load, mptr<A>(stats), nullptr, call.errors(a.N), in_aligned);
+    reduce_with<Op>(load, mptr<A>(stats), nullptr, a.N, in_aligned);
     T* o = mptr<T>(result);
-    run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(cptr<A>(stats)), o, Publish{}, in_aligned && aligned16(o));
+    run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(cptr<A>(stats)), o, Publish{}, in_aligned);
   }
 };
 

@@ -72,6 +72,7 @@ void segops_trace_use();
 #define SEGOPS_TRACE_USE() ((void)0)
 #endif
 
+#include "cuda_plans.h"
 #include "merge_path.h"
 #include "op_names.h"
 #include "reducers.h"
@@ -114,7 +115,7 @@ SEGOPS_HD void fence_system() {
 SEGOPS_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 SEGOPS_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 SEGOPS_HD int64_t iclamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+SEGOPS_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Global memory accesses outside the vector loads: rd (value used at once), rd_async (used later, after
 // SEGOPS_TRACE_USE), wr. Plain dereferences; only the tracer sees a difference.
@@ -1352,9 +1353,11 @@ struct Tuning {
   int64_t short_avg_max = 16, short_rows = 64;
   // ... and segments of more than short_long_rows rows are read in pieces of that many rows (ReduceShortPieces).
   int64_t short_long_rows = 256;
+  unsigned plans = kAllPlans;  // the reduction plans allowed (cuda_plans.h; must hold short or merge)
 };
 
 struct ReducePlan {
+  int kind = kPlanNone;  // ReducePlanKind
   bool flat = false;
   bool short_segs = false;  // ReduceShort: groups own whole segments (Sg per group, gpb groups per batch)
   int64_t Sg = 0, gpb = 0;
@@ -1376,17 +1379,28 @@ inline void plan_levels(ReducePlan& pl, int64_t n0, int64_t K) {
 }
 
 // vmax: elements per 16-byte vector of the input dtype; vec_ok: F % vmax == 0 and pointers aligned.
+// Which plan reduces [B, N, F] rows into S segments: the one-feature block kernel for F == 1, short segments
+// (at most short_avg_max rows on average), else the merge-path plan; among the plans t.plans allows (short and
+// merge each handle every shape).
+inline int choose_plan(int64_t N, int64_t S, int64_t F, const Tuning& t) {
+  const bool can_short = (t.plans & plan_bit(kPlanShort)) != 0, can_merge = (t.plans & plan_bit(kPlanMerge)) != 0;
+  if (F == 1 && (t.plans & plan_bit(kPlanBlock))) return kPlanBlock;
+  if (can_short && (N <= t.short_avg_max * S || !can_merge)) return kPlanShort;
+  return kPlanMerge;
+}
+
 inline ReducePlan plan_reduce(int64_t B, int64_t N, int64_t S, int64_t F, int vmax, bool vec_ok,
                               const Tuning& t = Tuning()) {
   ReducePlan pl;
   if (B == 0 || S == 0 || F == 0) return pl;  // nothing to reduce (validation still runs)
-  pl.flat = F == 1;
+  pl.kind = choose_plan(N, S, F, t);
+  pl.flat = pl.kind == kPlanBlock;
   pl.V = (!pl.flat && vec_ok && F % vmax == 0) ? vmax : 1;
   const int64_t nfv = F / pl.V;
   pl.G = pl.flat ? 1 : imin(nfv, t.max_lanes);
   pl.tiles = ceil_div(nfv, pl.G);
   pl.ft = pl.G * pl.V;
-  if (!pl.flat && N <= t.short_avg_max * S) {
+  if (pl.kind == kPlanShort) {
     pl.short_segs = true;
     // (at most short_rows segments: many empty segments still spread over many groups)
     pl.Sg = iclamp(ceil_div(t.short_rows * S, imax(N, 1)), 1, imax(1, t.short_rows));
@@ -1429,6 +1443,14 @@ inline ExpandPlan plan_expand(int64_t B, int64_t R, int64_t S, int64_t F, int vm
   pl.C = B * pl.cpb;
   pl.threads = pl.C * 32;
   return pl;
+}
+
+// The 16-byte vector path: V = kVec elements of the input move per load, and V results per store into the
+// output. in_aligned says the inputs allow it; the output must too (a user's `out=` may start anywhere, e.g.
+// at storage offset 1). The stores are sizeof(OutT) * kVec wide (32 bytes for float states of a 16-bit input).
+SEGOPS_HD bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+template <int kVec, class OutT> SEGOPS_HD bool vector_path_ok(bool in_aligned, const OutT* out) {
+  return in_aligned && aligned_to(out, sizeof(OutT) * kVec);
 }
 
 // ---- drivers (host): plan, carve the workspace, launch the kernels in order --------------------------
@@ -1535,11 +1557,14 @@ void launch_validate(Exec& ex, const Geometry& g, const ErrorContext& ec, u64* m
 }
 
 // out/arg: [B, S, F]. Load::A must be the reducer's accumulation type.
-// vec_ok: the input pointers are 16-byte aligned (the plan also needs F % Load::kVec == 0 for V > 1).
+// in_aligned: the input pointers are 16-byte aligned (the vector path also needs an aligned out and
+// F % Load::kVec == 0).
+// Returns the plan that ran (ReducePlanKind).
 template <class Op, class Load, class OutT, class Exec>
-void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_t* arg, const ErrorContext& ec,
-                bool vec_ok, const Tuning& t = Tuning()) {
+int run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_t* arg, const ErrorContext& ec,
+                bool in_aligned, const Tuning& t = Tuning()) {
   using State = typename Op::State;
+  const bool vec_ok = vector_path_ok<Load::kVec>(in_aligned, out);
   using FlatK = ReduceFlatBlock<Op, Load, OutT>;
   Tuning tf = t;
   tf.flat_items = static_cast<int>(iclamp(t.flat_items, 1, FlatK::kItemsMax));
@@ -1556,7 +1581,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   if (pl.main_threads == 0) {  // nothing to reduce: validate, then publish
     launch_validate(ex, g, ec, nullptr, t);
     ex.launch(publish, 1);
-    return;
+    return pl.kind;
   }
   if (pl.short_segs) {  // the pieces of long segments, one pass over whole segments, then publish
     State* carry[kMaxLevels] = {};  // carry[0]: slot 0 of every piece, then its levels
@@ -1622,7 +1647,7 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
       }
     }
     ex.launch(publish, 1);
-    return;
+    return pl.kind;
   }
   // workspace: level-0 carries/heads/keys, then the carries/keys of the higher levels
   State* carry[kMaxLevels] = {};
@@ -1690,14 +1715,16 @@ void run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_
   } else {
     with_kernel<Fixup<Op, OutT, 1>>(finish);
   }
+  return pl.kind;
 }
 
 // out: [B, R, F]; Fn::apply reads the segment data ([B, S, F]) and, for softmax, the [B, R, F] inputs.
-// kVec: elements per 16-byte vector of the element type; vec_ok: all pointers 16-byte aligned.
+// kVec: elements per 16-byte vector of the element type; in_aligned: Fn's input pointers are 16-byte aligned
+// (out is checked here).
 template <int kVec, class Fn, class Exec>
 void run_expand(Exec& ex, const Geometry& g, int64_t R, const Fn& fn, typename Fn::OutT* out, const Publish& pub,
-                bool vec_ok, const Tuning& t = Tuning()) {
-  const ExpandPlan pl = plan_expand(g.B, R, g.S, g.F, kVec, vec_ok, t);
+                bool in_aligned, const Tuning& t = Tuning()) {
+  const ExpandPlan pl = plan_expand(g.B, R, g.S, g.F, kVec, vector_path_ok<kVec>(in_aligned, out), t);
   auto go = [&](auto& k) {
     static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
     k.fn = fn;

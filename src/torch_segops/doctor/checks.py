@@ -4,6 +4,7 @@ the GPU and driver checks are in gpu_checks.py."""
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from .fixes import _build_cuda, _cuda_tag, _variant, fix_cuda_segops, fix_cuda_torch
@@ -75,6 +76,27 @@ def check_library(f: Facts) -> list[Finding]:
     return out
 
 
+ALL_CUDA_PLANS = "short,merge,block"
+
+
+def check_cuda_plans(f: Facts) -> list[Finding]:
+    """TORCH_SEGOPS_CUDA_PLANS: an invalid value makes every CUDA reduction raise; a valid one is reported."""
+    plans = (f.build_info or {}).get("cuda_plans") if f.build_info_source == "loaded" else None
+    env = os.environ.get("TORCH_SEGOPS_CUDA_PLANS")
+    fix = "unset TORCH_SEGOPS_CUDA_PLANS, or set it to a subset of short,merge,block holding short or merge (e.g. merge)"
+    if plans is None:
+        return [Finding(INFO, "cuda-plans", f"TORCH_SEGOPS_CUDA_PLANS={env} (not checked: the library is not loaded)")] if env else []
+    if plans.startswith("invalid:"):
+        what = plans[len("invalid:"):].strip()
+        if _variant(f) == "cuda":
+            return [Finding(ERROR, "cuda-plans-invalid", f"{what}: every CUDA reduction raises this", fix)]
+        return [Finding(WARNING, "cuda-plans-invalid", f"{what} (this cpu build has no CUDA kernels and ignores it)", fix)]
+    if plans != ALL_CUDA_PLANS:
+        return [Finding(INFO, "cuda-plans", f"CUDA reductions restricted to the plans {plans} (TORCH_SEGOPS_CUDA_PLANS or "
+                                            "torch_segops.set_cuda_plans; the default is every plan)")]
+    return []
+
+
 def check_variant(f: Facts) -> list[Finding]:
     variant, info = _variant(f), f.build_info
     if info is None or f.torch_version is None:
@@ -130,7 +152,8 @@ def check_cudatoolkit(f: Facts) -> list[Finding]:
     ]
 
 
-CHECKS: list[Callable[[Facts], list[Finding]]] = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_gpu_vs_cuda, check_arch, check_cudatoolkit]
+CHECKS: list[Callable[[Facts], list[Finding]]] = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_gpu_vs_cuda, check_arch, check_cudatoolkit,
+                                                   check_cuda_plans]
 
 
 def diagnose(f: Facts) -> list[Finding]:

@@ -19,6 +19,8 @@ def render(f: Facts, findings: list[Finding]) -> str:
         src = "" if f.build_info_source == "loaded" else "  (read from the file, not loaded)"
         lines.append(f"  torch_segops  {info.get('version')}  variant={info.get('variant')}  CUDA={info.get('cuda_version') or '-'}  archs={';'.join(info.get('cuda_archs') or []) or '-'}{src}")
         lines.append(f"                built against torch headers {info.get('torch_headers') or '?'}, stable-ABI target {info.get('torch_target') or '?'}, compiler {info.get('cxx_compiler') or '?'}")
+        if info.get("cuda_plans"):
+            lines.append(f"                CUDA reduction plans {info['cuda_plans']}")
     else:
         lines.append(f"  torch_segops  {f.package_version or '?'} (no build info)")
     lines.append(f"                library {f.library_path or '-'}")

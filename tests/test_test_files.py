@@ -1,0 +1,85 @@
+"""The test files themselves are sound where their tests cannot run.
+
+tests/test_cuda.py only runs on a GPU, which CI does not have: a broken decorator, fixture or helper there would
+go unseen until the first GPU session (a @parametrize left on a helper once hid 161 GPU tests). So CI
+- collects every test file with no error;
+- rejects @pytest.mark.parametrize on a function that is not a test;
+- runs the bodies of tests/test_cuda.py on the CPU device with small shapes (its dry run,
+  TORCH_SEGOPS_CUDA_TESTS_DEVICE=cpu), and shows with a planted mistake that the dry run catches one.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+
+
+def _pytest(args: list[str], cwd: str = REPO, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
+                          capture_output=True, text=True, env=dict(os.environ, **env), timeout=900)
+
+
+def test_every_test_file_collects():
+    cp = _pytest(["--collect-only", "-q", TESTS])
+    out = cp.stdout + cp.stderr
+    assert cp.returncode == 0, out[-6000:]
+    assert not re.search(r"^ERROR|errors? during collection|fixture '.*' not found", out, re.M), out[-6000:]
+    collected = {line.split("::")[0] for line in cp.stdout.splitlines() if "::" in line}
+    files = {f"tests/{f}" for f in os.listdir(TESTS) if f.startswith("test_") and f.endswith(".py")}
+    assert files <= {os.path.relpath(os.path.join(REPO, c), REPO) for c in collected}, sorted(files - collected)
+
+
+def _parametrized_helpers(path: str) -> list[str]:
+    with open(path) as fh:
+        tree = ast.parse(fh.read())
+    return [fn.name for fn in ast.walk(tree)
+            if isinstance(fn, ast.FunctionDef) and not fn.name.startswith("test")
+            and any("parametrize" in ast.unparse(d) for d in fn.decorator_list)]
+
+
+def test_no_parametrize_on_a_helper(tmp_path):
+    found = {f: _parametrized_helpers(os.path.join(TESTS, f)) for f in sorted(os.listdir(TESTS))
+             if f.startswith("test_") and f.endswith(".py")}
+    assert not {f: h for f, h in found.items() if h}, found
+    planted = tmp_path / "test_planted.py"
+    planted.write_text("import pytest\n\n@pytest.mark.parametrize('n', [1])\ndef _helper(n):\n    return n\n")
+    assert _parametrized_helpers(str(planted)) == ["_helper"]
+
+
+def _dry_run(test_dir: str, *args: str) -> subprocess.CompletedProcess:
+    return _pytest([os.path.join(test_dir, "test_cuda.py"), "-q", "-ra", *args], cwd=test_dir,
+                   TORCH_SEGOPS_CUDA_TESTS_DEVICE="cpu")
+
+
+def test_cuda_tests_dry_run_on_cpu():
+    cp = _dry_run(TESTS)
+    out = cp.stdout + cp.stderr
+    assert cp.returncode == 0, out[-8000:]
+    m = re.search(r"(\d+) passed(?:, (\d+) skipped)?", out)
+    assert m and int(m.group(1)) >= 350, out[-3000:]
+    # the only skips are the ones the dry run cannot do (two devices, the CUDA build, asynchronous errors)
+    skips = re.findall(r"^SKIPPED \[\d+\] .*?: (.*)$", out, re.M)
+    assert len(skips) <= 6 and all(s.startswith("dry run") for s in skips), skips
+
+
+def test_cuda_dry_run_catches_a_parametrize_on_a_helper(tmp_path):
+    """The control: test_cuda.py with the mistake of 2e50fca planted back (the test's parametrize moved onto
+    the helper above it) fails its dry run."""
+    for f in ("conftest.py", "reference.py"):
+        shutil.copy(os.path.join(TESTS, f), tmp_path / f)
+    with open(os.path.join(TESTS, "test_cuda.py")) as fh:
+        src = fh.read()
+    deco = '@pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)\n@pytest.mark.parametrize("name", list(REDUCES))\n'
+    assert src.count(deco) == 1 and "def _cut_indptr" in src
+    src = src.replace(deco, "").replace("def _cut_indptr", deco + "def _cut_indptr")
+    (tmp_path / "test_cuda.py").write_text(src)
+    cp = _dry_run(str(tmp_path), "-k", "large and merge-F16 and not short-segments")
+    out = cp.stdout + cp.stderr
+    assert cp.returncode != 0 and "fixture 'name' not found" in out, out[-4000:]
