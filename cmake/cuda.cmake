@@ -126,6 +126,13 @@ target_compile_options(torch_segops_C PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --threads=${TORCH_SEGOPS_NVCC_THREADS} ${_segops_compress}
                              --Werror=all-warnings,cross-execution-space-call -Xcompiler=-Wall -Xcompiler=-fno-math-errno>)
 
+# ptxas's registers, stack frame, spills and shared memory per kernel in the build output
+# (tools/check_cuda_build.py turns them into a table per kernel and architecture).
+option(TORCH_SEGOPS_CUDA_RESOURCE_USAGE "Print ptxas resource usage per kernel" OFF)
+if(TORCH_SEGOPS_CUDA_RESOURCE_USAGE)
+  target_compile_options(torch_segops_C PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--resource-usage>)
+endif()
+
 # ---- linking ---------------------------------------------------------------------------------------
 # The CUDA shim symbols (aoti_torch_get_current_cuda_stream) live in libtorch_cuda.so, and _C.so must name
 # it as NEEDED: torch loads its own libraries RTLD_LOCAL, so a symbol left undefined without that entry

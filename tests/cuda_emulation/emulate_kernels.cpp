@@ -27,6 +27,10 @@
 #include <string>
 #include <vector>
 
+// Every global access of the kernels goes through the trace hooks (segops_trace_access below): the emulation
+// checks that no kernel reads workspace bytes that were never written (what compute-sanitizer's initcheck
+// checks on a GPU).
+#define SEGOPS_TRACE_ACCESSES 1
 #include "cuda/error_messages.h"
 #include "cuda/segment_kernels.cuh"
 #include "block_emulation.h"
@@ -81,6 +85,33 @@ template <typename X> struct Buf {
   const X& operator[](size_t i) const { return p[i]; }
 };
 
+// ---- initcheck: which workspace bytes have been written --------------------------------------------------
+
+struct WrittenShadow {
+  const char* lo;
+  const char* hi;
+  std::vector<uint8_t> written;
+};
+static std::vector<WrittenShadow> g_shadows;  // the workspaces alive (HostExec)
+static long g_uninit_reads = 0;
+
+void segops_trace_use() {}
+
+void segops_trace_access(const void* p, int bytes, int kind, int site) {
+  const char* c = static_cast<const char*>(p);
+  for (auto& w : g_shadows) {
+    if (c < w.lo || c >= w.hi) continue;
+    const size_t off = static_cast<size_t>(c - w.lo), n = std::min<size_t>(bytes, w.written.size() - off);
+    if (kind == 2) {
+      std::memset(w.written.data() + off, 1, n);
+    } else if (std::find(w.written.begin() + off, w.written.begin() + off + n, 0) != w.written.begin() + off + n) {
+      ++g_uninit_reads;
+      EXPECT(false, "a kernel read %d workspace bytes never written (segment_kernels.cuh line %d)", bytes, site);
+    }
+    return;
+  }
+}
+
 struct HostExec {
   int order = 0;  // 0 forward, 1 reverse, 2 shuffled (fixed seed)
   std::vector<void*> mem;
@@ -88,8 +119,10 @@ struct HostExec {
   void* workspace(size_t bytes) {
     void* m = nullptr;
     if (posix_memalign(&m, 256, bytes == 0 ? 1 : bytes) != 0) std::abort();
-    std::memset(m, 0xA5, bytes);  // garbage: any read of an unwritten partial state shows up
+    std::memset(m, 0xA5, bytes);  // garbage: any use of an unwritten partial state shows up
     mem.push_back(m);
+    g_shadows.push_back({static_cast<const char*>(m), static_cast<const char*>(m) + bytes,
+                         std::vector<uint8_t>(bytes, 0)});
     return m;
   }
   template <class K> void launch(const K& k, int64_t n) {
@@ -115,7 +148,12 @@ struct HostExec {
     segops_emu::run_blocks(runner, k, blocks, 0xA5);
   }
   ~HostExec() {
-    for (void* m : mem) std::free(m);
+    for (void* m : mem) {
+      g_shadows.erase(std::remove_if(g_shadows.begin(), g_shadows.end(),
+                                     [m](const WrittenShadow& w) { return w.lo == static_cast<const char*>(m); }),
+                      g_shadows.end());
+      std::free(m);
+    }
   }
 };
 
@@ -865,6 +903,7 @@ int main(int argc, char** argv) {
   check_messages();
   check_host_decisions();
 
+  std::printf("reads of never-written workspace bytes: %ld\n", g_uninit_reads);
   std::printf("%ld passed, %ld failed\n", g_checks - g_failures, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

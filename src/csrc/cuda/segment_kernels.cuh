@@ -197,6 +197,16 @@ SEGOPS_UNROLL
     acc[v] = x[v];
   }
 }
+// The identity in V consecutive states of a workspace. Every entry of a keyed workspace (carries, piece
+// states) is written, the ones without a key too: their readers load states together with the keys (one
+// round of loads, not two) and then use only the states whose key matches, so no kernel reads memory that
+// was never written (compute-sanitizer initcheck; the host emulation's written-bytes check).
+template <class Op, int V> SEGOPS_HD void store_identity(typename Op::State* p, int64_t e) {
+  typename Op::State id[V];
+SEGOPS_UNROLL
+  for (int v = 0; v < V; ++v) id[v] = Op::identity();
+  store_states<V>(p, e, id);
+}
 // Entries of V states each that fit in `bytes` of registers (at least 1, at most cap).
 template <class X, int V> constexpr int states_in(int bytes, int cap) {
   const int n = bytes / int(sizeof(X) * V);
@@ -533,6 +543,7 @@ struct ReduceMain : ChunkGrid {
       LaneFetch<Load, V> fetch{load, b * N * F + f0, F};
       walk(fetch, p, b, c, f0, base, end, m0, m1, ck, hk);
     }
+    if (ck < 0) store_identity<Op, V>(carry, c * F + f0);  // (merge_run_left loads states before their keys)
     if (key_writer) {
       wr(ckey + c, ck);
       wr(hkey + c, hk);
@@ -648,8 +659,8 @@ struct PieceGrid {
 // of the one starting inside the piece, each with its segment (b * S + s) as key, -1 when the slot is empty
 // (every key is written, by the piece or the next one). A long segment's slot-0 parts are consecutive
 // entries of part0, so LevelCarry combines them in groups of K like the merge-path plan's carries.
-// Only keys are written for empty slots, and FinishLongSegments merges a slot only when its key names the
-// segment it finishes, so it never merges an unwritten state, whatever indptr holds.
+// Empty slots hold the identity and key -1, and FinishLongSegments merges a slot only when its key names the
+// segment it finishes, whatever indptr holds.
 template <class Op, class Load, int V> struct ReduceShortPieces : PieceGrid {
   using State = typename Op::State;
   static constexpr int kWays = 8;  // 8-ary search: 7 probes in flight per round
@@ -707,11 +718,16 @@ SEGOPS_UNROLL
     if (is_long) {
       reduce_rows<Op, V>(st, fetch, r0, imin(s_hi, r1) - r0);
       store_states<V>(part0, at * F + f0, st);
+    } else {
+      store_identity<Op, V>(part0, at * F + f0);
     }
     if (starts_before) {
       reduce_rows<Op, V>(st, fetch, s_lo, r0 - s_lo);
       store_states<V>(part1, (at - 1) * F + f0, st);
+    } else if (k > 0) {
+      store_identity<Op, V>(part1, (at - 1) * F + f0);
     }
+    if (k == ppb - 1) store_identity<Op, V>(part1, at * F + f0);
   }
 };
 
@@ -974,6 +990,7 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
     const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
     if (ci * W >= S + nnz) {  // the whole block: nothing in this chunk
       if (t == 0) {
+        wr(carry + c, Op::identity());  // (merge_run_left loads states before their keys)
         wr(ckey + c, int64_t(-1));
         wr(hkey + c, int64_t(-1));
       }
@@ -1038,7 +1055,7 @@ SEGOPS_UNROLL
     if (t == kBlock - 1) {  // the segment open at the chunk's end (rows of it in the tile): the carry
       const FS all = seg_combine<Op>(excl, mine);
       const bool open = sg0 + ns < S && nr > 0 && (ns == 0 || sh.e[ns] < nr);
-      if (open) wr(carry + c, all.st);
+      wr(carry + c, open ? all.st : Op::identity());
       wr(ckey + c, open ? b * S + sg0 + ns : int64_t(-1));
       wr(hkey + c, ns > 0 && sh.start0 - base < r0 ? b * S + sg0 : int64_t(-1));
     }
@@ -1132,10 +1149,13 @@ template <class Op> struct LevelCarry {
     if (g >= n_out) return;
     const int64_t last = imin((g + 1) * K, n_in) - 1;
     const int64_t k = rd_async(key_in + last);
-    State acc[1] = {rd_async(carry_in + last * F + f)};  // (read before the key says whether it is needed)
+    State acc[1] = {rd_async(carry_in + last * F + f)};  // (loaded before the key: every entry is written)
     SEGOPS_TRACE_USE();
     if (f == 0) wr(key_out + g, k);
-    if (k < 0) return;
+    if (k < 0) {
+      wr(carry_out + g * F + f, Op::identity());  // (the next level loads states before their keys)
+      return;
+    }
     merge_run_left<Op, 1, 16>(carry_in, key_in, last - 1, g * K, k, F, f, acc);
     wr(carry_out + g * F + f, acc[0]);
   }
