@@ -38,6 +38,7 @@ else:
         segment_min_coo,
         segment_sum_coo,
     )
+    from .composite import scatter_log_softmax, scatter_logsumexp, scatter_softmax, scatter_std
     from .scatter import (
         ScatterPlan,
         scatter,
@@ -63,8 +64,8 @@ else:
 
     # every public op function: a CUDA out-of-memory error is raised as torch.OutOfMemoryError (_errors.py)
     for _name in (
-        "gather_coo", "gather_csr", "scatter", "scatter_add", "scatter_max", "scatter_mean", "scatter_min",
-        "scatter_plan", "scatter_sum", "segment_add_coo", "segment_add_csr", "segment_coo", "segment_csr",
+        "gather_coo", "gather_csr", "scatter", "scatter_add", "scatter_log_softmax", "scatter_logsumexp",
+        "scatter_max", "scatter_mean", "scatter_min", "scatter_plan", "scatter_softmax", "scatter_std", "scatter_sum", "segment_add_coo", "segment_add_csr", "segment_coo", "segment_csr",
         "segment_logsumexp_csr", "segment_max_coo", "segment_max_csr", "segment_mean_coo", "segment_mean_csr",
         "segment_min_coo", "segment_min_csr", "segment_softmax_csr", "segment_sum_coo", "segment_sum_csr",
     ):
@@ -84,10 +85,14 @@ __all__ = [
     "library_path",
     "scatter",
     "scatter_add",
+    "scatter_log_softmax",
+    "scatter_logsumexp",
     "scatter_max",
     "scatter_mean",
     "scatter_min",
     "scatter_plan",
+    "scatter_softmax",
+    "scatter_std",
     "scatter_sum",
     "segment_add_coo",
     "segment_add_csr",

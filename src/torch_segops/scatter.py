@@ -74,6 +74,13 @@ def _index_shape(fn: str, index: Tensor, src: Tensor, dim: int) -> List[int]:
     return shape
 
 
+def _rows_plan(index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> ScatterPlan:
+    """The plan of an index that does not vary along the dims after dim (shape: _index_shape's), as
+    ``[*lead, N]`` rows; size -1: read from the index."""
+    rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
+    return scatter_plan(rows, None if size == -1 else size)
+
+
 def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
     """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's)."""
     if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
@@ -155,8 +162,7 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
                              f"not {size}")
         return _scatter_rows(fn, src, plan, dim, out, reduce)
     if rows_only:  # sort whole rows: the index reduced to [*lead, N]
-        rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
-        return _scatter_rows(fn, src, scatter_plan(rows, None if size == -1 else size), dim, out, reduce)
+        return _scatter_rows(fn, src, _rows_plan(index, shape, src, dim, size), dim, out, reduce)
     # the index varies along the feature dims: sort every position of the other dims on its own
     last = src.dim() - 1
     full = index.reshape(shape).expand(src.shape).movedim(dim, last)

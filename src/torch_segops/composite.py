@@ -1,0 +1,150 @@
+"""pytorch_scatter's composite functions: ``scatter_logsumexp``, ``scatter_softmax``, ``scatter_log_softmax``,
+``scatter_std``, with its signatures and results, built on the deterministic :func:`scatter_max` /
+:func:`scatter_sum` (so bitwise the same run to run and for any thread count).
+
+The index is sorted once per call (a :func:`scatter_plan` shared by the max and the sums when the index does
+not vary along the dims after ``dim``, the graph case). The per-target maximum that recentres the
+exponentials is taken without gradient: softmax and logsumexp do not depend on it, so its backward would add
+exact zeros at the cost of a pass. Decisions where pytorch_scatter's results follow from its implementation
+rather than from the function's meaning (docs/compat-pytorch-scatter.md): a target with no entries gives 0 for
+logsumexp (as pytorch_scatter) and ``out``'s value where ``out`` is given; a NaN among a target's entries gives
+NaN (pytorch_scatter: 0), as ``torch.logsumexp`` and ``torch.softmax`` do; an entry of ``+inf`` gives a
+logsumexp of ``+inf`` (pytorch_scatter: the dtype's largest finite value) and a softmax shared by the ``+inf``
+entries (their limit; torch.softmax and pytorch_scatter: NaN).
+"""
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .ops import _check_size_type, _check_type
+from .scatter import ScatterPlan, _index_shape, _rows_plan, scatter_max, scatter_sum
+
+
+def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, dim_size: Optional[int],
+             floating: bool) -> Tuple[int, Tensor, Optional[ScatterPlan]]:
+    """dim in [0, src.dim()), index expanded to src's shape (for gather), and a plan of the sort when the index
+    does not vary along the dims after dim (None otherwise: every scatter then sorts on its own)."""
+    if not torch.jit.is_scripting():
+        _check_type(fn, "src", src)
+        _check_type(fn, "index", index)
+        _check_size_type(fn, "dim_size", dim_size)
+    if floating and not torch.is_floating_point(src):
+        raise ValueError(f"torch_segops.{fn}: src must have a floating-point dtype")
+    if src.dim() == 0:
+        raise ValueError(f"torch_segops.{fn}: src must have at least one dimension")
+    if dim < -src.dim() or dim >= src.dim():
+        raise ValueError(f"torch_segops.{fn}: dim {dim} is out of range for src with {src.dim()} dims")
+    if dim < 0:
+        dim += src.dim()
+    if index.dim() == 0:
+        raise ValueError(f"torch_segops.{fn}: index must have at least one dimension, got a 0-dim tensor")
+    shape = _index_shape(fn, index, src, dim)
+    expanded = index.reshape(shape).expand(src.shape)
+    plan: Optional[ScatterPlan] = None
+    rows_only = src.numel() > 0
+    for d in range(dim + 1, src.dim()):
+        rows_only = rows_only and shape[d] == 1
+    if rows_only:
+        plan = _rows_plan(index, shape, src, dim, -1 if dim_size is None else dim_size)
+    return dim, expanded, plan
+
+
+def _recentred(src: Tensor, index: Tensor, expanded: Tensor, dim: int, dim_size: Optional[int],
+               plan: Optional[ScatterPlan]) -> Tuple[Tensor, Tensor]:
+    """(per-target max without gradient, -inf where a target has no entries; src minus its target's max). Where
+    the max is infinite: -inf if it is -inf (every entry -inf: pytorch_scatter's NaN mask gives -inf too), and
+    for a max of +inf, 0 on the +inf entries and -inf elsewhere (their limit: logsumexp +inf, softmax shared by
+    the +inf entries)."""
+    values, arg = scatter_max(src.detach(), index, dim, dim_size=dim_size, plan=plan)
+    mx = values.masked_fill(arg == src.size(dim), float("-inf"))
+    at = mx.gather(dim, expanded)
+    neg = torch.full_like(src, float("-inf"))
+    at_inf = torch.where(src == at, torch.zeros_like(src), neg)
+    z = torch.where(at == float("-inf"), neg, torch.where(at == float("inf"), at_inf, src - at))
+    return mx, z
+
+
+def _written_into(out: Tensor, result: Tensor) -> Tensor:
+    """out= of the composite functions: ``out`` holds the result; it is returned, unless autograd records the
+    result (then the result, so that its gradient reaches src; ``out`` holds the same values)."""
+    with torch.no_grad():
+        out.copy_(result)
+    return result if result.requires_grad else out
+
+
+def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                      dim_size: Optional[int] = None, eps: float = 1e-12) -> Tensor:
+    """``log(sum(exp(src_j)) + eps)`` over the entries j scattered to each target (0 where there are none).
+    With ``out``, its values join each target's entries, and the result is written into ``out`` (where it is
+    not finite, ``out`` keeps its value), as pytorch_scatter's."""
+    fn = "scatter_logsumexp"
+    if out is not None:
+        if not torch.jit.is_scripting():
+            _check_type(fn, "out", out)
+        if out.dim() != src.dim():
+            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
+        d = dim + src.dim() if dim < 0 else dim
+        if dim_size is not None and dim_size != out.size(d):
+            raise ValueError(f"torch_segops.{fn}: dim_size={dim_size} disagrees with out.size(dim)={out.size(d)}")
+        dim_size = out.size(d)
+    dim, expanded, plan = _prepare(fn, src, index, dim, dim_size, True)
+    mx, z = _recentred(src, index, expanded, dim, dim_size, plan)
+    total = scatter_sum(z.exp(), index, dim, dim_size=dim_size, plan=plan)
+    if out is not None:
+        total = total + (out - mx).exp()
+    lse = (total + eps).log() + mx
+    if out is None:
+        return torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
+    return _written_into(out, torch.where(lse.isfinite(), lse, out))
+
+
+def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optional[int] = None) -> Tensor:
+    """Softmax over the entries scattered to each target, in src's shape."""
+    dim, expanded, plan = _prepare("scatter_softmax", src, index, dim, dim_size, True)
+    _, z = _recentred(src, index, expanded, dim, dim_size, plan)
+    e = z.exp()
+    total = scatter_sum(e, index, dim, dim_size=dim_size, plan=plan)
+    return e / total.gather(dim, expanded)
+
+
+def scatter_log_softmax(src: Tensor, index: Tensor, dim: int = -1, eps: float = 1e-12,
+                        dim_size: Optional[int] = None) -> Tensor:
+    """``src - max - log(sum(exp(src - max)) + eps)`` over the entries scattered to each target, in src's shape."""
+    dim, expanded, plan = _prepare("scatter_log_softmax", src, index, dim, dim_size, True)
+    _, z = _recentred(src, index, expanded, dim, dim_size, plan)
+    total = scatter_sum(z.exp(), index, dim, dim_size=dim_size, plan=plan)
+    return z - (total + eps).log().gather(dim, expanded)
+
+
+def scatter_std(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None, unbiased: bool = True) -> Tensor:
+    """Standard deviation of the entries scattered to each target, as pytorch_scatter computes it:
+    ``sqrt(sum((src_j - mean)^2) / (n - 1 + 1e-6))`` (``n + 1e-6`` when not unbiased; the count at least 1),
+    0 where there are no entries. With ``out``, the squared deviations are added to it and the result is
+    written into ``out``. Its gradient is 0 where the deviation is 0 (a target with one entry), not NaN."""
+    fn = "scatter_std"
+    if out is not None:
+        if not torch.jit.is_scripting():
+            _check_type(fn, "out", out)
+        if out.dim() != src.dim():
+            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
+        dim_size = out.size(dim + src.dim() if dim < 0 else dim)
+    dim, expanded, plan = _prepare(fn, src, index, dim, dim_size, False)
+    count = scatter_sum(torch.ones_like(src), index, dim, dim_size=dim_size, plan=plan).clamp(min=1)
+    mean = scatter_sum(src, index, dim, dim_size=dim_size, plan=plan) / count
+    dev = src - mean.gather(dim, expanded)
+    sq = scatter_sum(dev * dev, index, dim, dim_size=dim_size, plan=plan)
+    if out is not None:
+        sq = sq + out
+    if unbiased:
+        count = (count - 1).clamp(min=1)
+    var = sq / (count + 1e-6)
+    # sqrt with gradient 0 where the variance is 0 (a single entry; pytorch_scatter's gradient is NaN there)
+    pos = var > 0
+    result = torch.where(pos, torch.where(pos, var, torch.ones_like(var)).sqrt(), torch.zeros_like(var))
+    return result if out is None else _written_into(out, result)
+
+
+__all__: List[str] = ["scatter_logsumexp", "scatter_softmax", "scatter_log_softmax", "scatter_std"]
