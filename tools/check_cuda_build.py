@@ -230,7 +230,7 @@ def resource_usage(log: str) -> list[KernelResources]:
         dem = subprocess.run([filt], input="\n".join(r.kernel for r in rows), capture_output=True, text=True).stdout
         for r, d in zip(rows, dem.splitlines()):
             m = re.match(r"void torch_segops::cuda::run_(?:block_)?kernel<(.*)>\(.*\)$", d)
-            r.kernel = re.sub(r"torch_segops::(cuda::)?", "", m.group(1) if m else d)
+            r.kernel = re.sub(r"torch_segops::(cuda::)?", "", m.group(1) if m else d).strip()
     return rows
 
 
