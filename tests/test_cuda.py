@@ -140,9 +140,9 @@ def _scaled(rows: int, n_seg: int) -> tuple[int, int]:
 
 
 # (id, plan, rows, F, segments, hub): every plan with vector and scalar lanes, the F = 1 block kernel, the short
-# plan's hub pieces (400k rows: 1563 pieces of 256 rows, so two levels of piece states above the pieces), one-
-# feature inputs on the plans TORCH_SEGOPS_CUDA_PLANS can force instead of the block kernel, and short-segment
-# shapes forced onto the merge-path plan.
+# plan's hub pieces (400k rows: 1563 pieces of 256 rows, two levels of piece states: 1563 -> 25; 1.1M rows:
+# 4297 -> 68 -> 2, three levels), one-feature inputs on the plans TORCH_SEGOPS_CUDA_PLANS can force instead of
+# the block kernel, and short-segment shapes forced onto the merge-path plan.
 LARGE = [
     ("merge-F16", "merge", 300_000, 16, 3, False),
     ("merge-F300", "merge", 20_000, 300, 7, False),
@@ -155,6 +155,7 @@ LARGE = [
     ("short-F3", "short", 300_000, 3, 100_000, False),
     ("short-F16-hub-levels", "short", 400_000, 16, 50_000, True),
     ("short-F3-hub-levels", "short", 300_000, 3, 100_000, True),
+    ("short-F4-hub-three-levels", "short", 1_100_000, 4, 130_000, True),
     ("short-F1", "short", 500_000, 1, 100_000, False),
     ("short-F16-long-segments", "short", 300_000, 16, 3, False),
 ]
@@ -329,21 +330,26 @@ def test_out_ops_write_in_place_cuda(reduce):
     torch.library.opcheck(_ops.gather_csr_out.default, (seg, indptr, gout))
 
 
+@pytest.mark.parametrize("plan", ["merge", "short"])
 @pytest.mark.parametrize("reduce", ["sum", "max"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_misaligned_out(reduce, dtype):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_misaligned_out(reduce, dtype, plan, force_plan):
     """A contiguous out= that starts 2 or 4 bytes past a 16-byte boundary (storage offset 1): the kernels must
-    not store 16-byte vectors into it (cudaErrorMisalignedAddress, which poisons the CUDA context)."""
+    not take the vector path into it. The 16-bit dtypes are the regression tests of the GPU defect (sm_90
+    stores a float32 result vector element by element, which a 4-byte offset does not trap; 16-bit results
+    go out in 32-bit pieces, which a 2-byte offset does: cudaErrorMisalignedAddress, a poisoned context)."""
     src = torch.randn(4000, 16, device=DEV).to(dtype)
-    indptr = torch.tensor([0, 3, 3, 1000, 2500, 4000], device=DEV)
-    out = torch.empty(5 * 16 + 1, device=DEV, dtype=dtype)[1:].view(5, 16)
+    indptr = torch.tensor([0, 3, 3, 1000, 2500, 4000] if plan == "merge" else list(range(0, 4001, 8)), device=DEV)
+    force_plan(plan)
+    n_seg = indptr.numel() - 1
+    out = torch.empty(n_seg * 16 + 1, device=DEV, dtype=dtype)[1:].view(n_seg, 16)
     assert out.data_ptr() % 16 != 0
     assert so.segment_csr(src, indptr, out=out, reduce=reduce) is out
     so.check_errors()
     want = REDUCES[reduce](src.cpu(), indptr.cpu())
     want = want[0] if isinstance(want, tuple) else want
     torch.testing.assert_close(out.cpu().float(), want.float(), rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-3)
-    seg = torch.randn(5, 16, device=DEV).to(dtype)
+    seg = torch.randn(n_seg, 16, device=DEV).to(dtype)
     gout = torch.empty(4000 * 16 + 1, device=DEV, dtype=dtype)[1:].view(4000, 16)
     so.gather_csr(seg, indptr, out=gout)
     R.assert_equal(gout.cpu(), so.gather_csr(seg.cpu(), indptr.cpu()), "gather into a misaligned out")

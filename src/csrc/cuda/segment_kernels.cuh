@@ -11,7 +11,8 @@
 // is how the index arithmetic, the barriers and the clamping of invalid offsets are tested without a GPU.
 //
 // Reductions (segment_reduce, and the per-segment parts of softmax and its backward), three plans chosen
-// from the shapes only (plan_reduce):
+// from the shapes and the process's allowed set (TORCH_SEGOPS_CUDA_PLANS, cuda_plans.h; plan_reduce), never
+// from the data. By default:
 //   - short segments (F > 1 and N <= Tuning::short_avg_max * S, an average of at most 16 rows): ReduceShort,
 //     one pass. A group of G lanes (features across lanes, 16-byte vector loads) owns about 64 rows' worth
 //     of whole segments and reads their rows 8 at a time across segment borders (rows in flight per thread
@@ -471,22 +472,21 @@ SEGOPS_UNROLL
       }
       SEGOPS_TRACE_USE();
       // the first probe where "segment end mid comes before row diag - mid" fails bounds the answer
+      // branch-free (a branch per probe let nvcc issue a probe's load behind the previous one's test): for a
+      // valid indptr the test holds for a prefix of the probes, so the largest passing and the smallest
+      // failing probe are the first failing probe's neighbours
       int64_t nlo = lo, nhi = hi;
-      bool found = false;
 SEGOPS_UNROLL
       for (int k = 0; k < kWays - 1; ++k) {
         const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
-        if (!found) {
-          if (v[k] - base <= diag - mid - 1) {
-            nlo = mid + 1;
-          } else {
-            nhi = mid;
-            found = true;
-          }
+        if (v[k] - base <= diag - mid - 1) {
+          nlo = imax(nlo, mid + 1);
+        } else {
+          nhi = imin(nhi, mid);
         }
       }
       lo = nlo;  // the range shrinks to at most ceil((hi - lo) / kWays) - 1 + 1 candidates every round
-      hi = nhi;
+      hi = imax(nhi, nlo);  // (the probes of an invalid indptr can disagree)
     }
     return {lo, diag - lo};
   }
@@ -1714,7 +1714,7 @@ int run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_t
     fill_chunks(k);
     k.items = static_cast<int>(pl.W / FlatK::kBlock);
     k.total = g.B * g.N;
-    k.vec_ok = vec_ok;
+    k.vec_ok = in_aligned;  // (it loads 16-byte vectors; its results are stored one by one)
     ex.launch_blocks(k, pl.C);
   } else if (pl.V > 1) {
     with_kernel<ReduceMain<Op, Load, OutT, Load::kVec>>(fill_main);
