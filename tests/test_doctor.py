@@ -597,6 +597,17 @@ def test_read_build_info_treats_values_that_are_not_strings_as_unknown(tmp_path)
         assert D.read_build_info_from_file("/dev/zero") is None
 
 
+@pytest.mark.parametrize("offset", [0, (1 << 20) - 7, (1 << 20) - 40, 3 << 20])
+def test_build_info_is_found_across_read_chunks(tmp_path, offset):
+    """The library is read in 1 MiB chunks (a CUDA build's is hundreds of MB): the string may straddle one."""
+    blob = b'{"version": "0.1.0", "variant": "cpu", "cuda_archs": ""}'
+    p = tmp_path / "_C.so"
+    p.write_bytes(b"\x7fELF" + b"x" * offset + blob + b"\x00tail}" + b"y" * 100)
+    assert D.read_build_info_from_file(str(p)) == {"version": "0.1.0", "variant": "cpu", "cuda_archs": [],
+                                                   "cuda_version": None}
+    assert D.find_in_file(str(p), b'{"version": "', b"}") == blob
+
+
 def test_find_cudatoolkit_skips_records_that_are_not_regular_files(tmp_path):
     """A conda-meta record that is /dev/zero gave a MemoryError, a FIFO hung."""
     env = conda_env_with(tmp_path, {"cudatoolkit-11.8.0-h4ba93d1_13.json": {"name": "cudatoolkit", "version": "11.8.0"}})
