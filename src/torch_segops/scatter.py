@@ -26,6 +26,7 @@ from ._coo_kernel import index_offsets
 from .coo import _reduce_csr, _reduce_into
 from .ops import _check_type
 
+
 class ScatterPlan(NamedTuple):
     """A sorted index, kept to reuse across scatter calls with the same index.
 
