@@ -14,7 +14,8 @@ if [[ "${cuda_compiler_version:-None}" != "None" ]]; then
     fi
 fi
 
-# __FILE__ in torch's headers and in our checks would otherwise embed the build paths in _C.so
+# __FILE__ in torch's headers and in our checks would otherwise embed the build paths in _C.so.
+# CMakeLists.txt maps the source tree and torch's folder for every build; here the whole host prefix too.
 map="-ffile-prefix-map=${SRC_DIR}=/usr/local/src/conda/${PKG_NAME}-${PKG_VERSION} -ffile-prefix-map=${PREFIX}=/usr/local/src/conda-prefix"
 export CXXFLAGS="${CXXFLAGS:-} ${map}"
 export CUDAFLAGS="${CUDAFLAGS:-} $(printf -- '-Xcompiler=%s ' ${map})"

@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -375,7 +377,7 @@ def test_real_doctor_survives_an_unloadable_library(tmp_path):
     assert r.returncode == 1
     assert f["library_error"] and f["build_info_source"] == "file" and f["build_info"]["cuda_version"] == "13.0"
     errors = [x["code"] for x in out["findings"] if x["severity"] == "error"]
-    assert "library-load" in errors
+    assert "library-damaged" in errors  # its ELF headers are garbage: found before the loader sees it
     if torch.version.cuda is None:
         assert "cuda-segops-with-cpu-torch" in errors
     text = run_doctor(env_extra={"TORCH_SEGOPS_LIBRARY": str(fake)}, tmp_path=tmp_path)
@@ -465,3 +467,183 @@ def test_gather_facts_finds_cudatoolkit_in_conda_prefix(tmp_path, monkeypatch):
     f = D.gather_facts()
     assert (f.conda_prefix, f.cudatoolkit) == (str(env), "11.3.1")
     assert any(x.code == "cudatoolkit" for x in D.diagnose(f))
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile files and a torch that exits (issue #25)
+# ---------------------------------------------------------------------------------------------
+def a_shared_object() -> Path:
+    import _ctypes  # an extension module of this Python: a small, complete ELF shared object
+
+    return Path(_ctypes.__file__)
+
+
+def installed_library() -> Path:
+    spec = importlib.util.find_spec("torch_segops._C")
+    if spec is None or not spec.origin or not os.path.exists(spec.origin):
+        pytest.skip("torch_segops is not built here: pip install --no-build-isolation .")
+    return Path(spec.origin)
+
+
+@contextlib.contextmanager
+def no_hang(seconds=30):
+    """Fail instead of waiting forever (opening a FIFO to read waits for a writer)."""
+    def hung(*_):
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def memory_capped(headroom_gb=2):
+    """Cap this process's address space (and its children's, which inherit it) a little above its size:
+    a regression that reads /dev/zero to the end then fails with MemoryError instead of filling the
+    machine's memory. The soft limit goes back afterwards."""
+    import re
+    import resource
+
+    vm = int(re.search(r"VmSize:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) * 1024
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    cap = vm + int(headroom_gb * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (min(cap, old[1]) if old[1] != resource.RLIM_INFINITY else cap, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def test_elf_problem_finds_a_truncated_shared_object(tmp_path):
+    good = a_shared_object().read_bytes()
+    assert D.elf_problem(str(a_shared_object())) is None
+    for keep in (20, 63, 4096, len(good) // 2, len(good) - 1):
+        cut = tmp_path / f"cut{keep}.so"
+        cut.write_bytes(good[:keep])
+        problem = D.elf_problem(str(cut))
+        assert problem and "truncated" in problem and str(cut) in problem, (keep, problem)
+
+
+def test_elf_problem_names_files_that_are_not_shared_objects(tmp_path):
+    text = tmp_path / "_C.so"
+    text.write_text('{"version": "0.1.0"}')
+    os.mkfifo(tmp_path / "fifo")
+    cases = {str(text): "not a shared object", "/dev/zero": "character device", str(tmp_path): "directory",
+             str(tmp_path / "fifo"): "FIFO"}
+    with no_hang(), memory_capped():
+        for path, kind in cases.items():
+            assert kind in (D.elf_problem(path) or ""), path
+
+
+def test_a_damaged_library_is_reported_with_the_reinstall_command():
+    for conda in (True, False):
+        findings = D.diagnose(facts(in_conda_env=conda, library_error="LibraryLoadError: ... truncated ...",
+                                    library_file_problem="/x/_C.so is truncated: it has 4096 bytes, but ..."))
+        f = only(findings, "library-damaged")
+        assert f.severity == D.ERROR and "truncated" in f.message and "--force-reinstall" in f.fix
+        assert "library-load" not in codes(findings)
+
+
+def test_real_doctor_and_import_report_a_truncated_library(tmp_path):
+    """A truncated _C.so (an interrupted copy) killed the doctor and `import torch_segops` with SIGBUS."""
+    pytest.importorskip("torch")
+    cut = tmp_path / "_C.so"
+    cut.write_bytes(installed_library().read_bytes()[:4096])
+    env = {"TORCH_SEGOPS_LIBRARY": str(cut)}
+    r = run_doctor("--json", env_extra=env, tmp_path=tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    out = json.loads(r.stdout)
+    damaged = only([D.Finding(**x) for x in out["findings"]], "library-damaged")
+    assert "truncated" in damaged.message and damaged.fix
+    text = run_doctor(env_extra=env, tmp_path=tmp_path)
+    assert text.returncode == 1 and "truncated" in text.stdout and "fix:" in text.stdout
+    imp = subprocess.run([sys.executable, "-c", "import torch_segops"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **env}, cwd=tmp_path)
+    assert imp.returncode == 1, (imp.returncode, imp.stderr[-2000:])  # not -7 (SIGBUS)
+    assert "LibraryLoadError" in imp.stderr and "truncated" in imp.stderr and "torch_segops.doctor" in imp.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "json_with_int_archs"])
+def test_real_doctor_survives_hostile_library_files(tmp_path, kind):
+    pytest.importorskip("torch")
+    path = tmp_path / "_C.so"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        path = Path("/dev/zero")
+    else:
+        path.write_text('{"version": "0.1.0", "variant": "cuda", "cuda_version": 12.9, "cuda_archs": 7}')
+    with memory_capped():
+        r = run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(path)}, tmp_path=tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    out = json.loads(r.stdout)
+    assert "library-damaged" in [x["code"] for x in out["findings"] if x["severity"] == "error"]
+
+
+def test_read_build_info_treats_values_that_are_not_strings_as_unknown(tmp_path):
+    p = tmp_path / "_C.so"
+    p.write_text('{"version": "0.1.0", "variant": "cuda", "cuda_version": 12.9, "cuda_archs": 7, "torch_target": [2]}')
+    info = D.read_build_info_from_file(str(p))
+    assert info["variant"] == "cuda" and info["cuda_version"] is None and info["cuda_archs"] is None
+    assert info["torch_target"] is None
+    D.render(facts(build_info=info, build_info_source="file", gpus=[h100()]), D.diagnose(facts(build_info=info, gpus=[h100()])))
+    p.write_text('{"version": "0.1.0", "cuda_archs": ["75-real", "90"]}')
+    assert D.read_build_info_from_file(str(p))["cuda_archs"] == ["75-real", "90"]
+    with no_hang(), memory_capped():
+        assert D.read_build_info_from_file("/dev/zero") is None
+
+
+@pytest.mark.parametrize("offset", [0, (1 << 20) - 7, (1 << 20) - 40, 3 << 20])
+def test_build_info_is_found_across_read_chunks(tmp_path, offset):
+    """The library is read in 1 MiB chunks (a CUDA build's is hundreds of MB): the string may straddle one."""
+    blob = b'{"version": "0.1.0", "variant": "cpu", "cuda_archs": ""}'
+    p = tmp_path / "_C.so"
+    p.write_bytes(b"\x7fELF" + b"x" * offset + blob + b"\x00tail}" + b"y" * 100)
+    assert D.read_build_info_from_file(str(p)) == {"version": "0.1.0", "variant": "cpu", "cuda_archs": [],
+                                                   "cuda_version": None}
+    assert D.find_in_file(str(p), b'{"version": "', b"}") == blob
+
+
+def test_find_cudatoolkit_skips_records_that_are_not_regular_files(tmp_path):
+    """A conda-meta record that is /dev/zero gave a MemoryError, a FIFO hung."""
+    env = conda_env_with(tmp_path, {"cudatoolkit-11.8.0-h4ba93d1_13.json": {"name": "cudatoolkit", "version": "11.8.0"}})
+    os.symlink("/dev/zero", env / "conda-meta" / "cudatoolkit-11.7.0-h0_0.json")
+    os.mkfifo(env / "conda-meta" / "cudatoolkit-11.6.0-h0_0.json")
+    with no_hang(), memory_capped():
+        assert D.find_cudatoolkit(str(env)) == "11.8.0"
+
+
+def test_parse_nvidia_smi_counts_only_gpu_lines():
+    out = ("WARNING: infoROM is corrupted at gpu 0000:3B:00.0, a, b, c\n"
+           "0, NVIDIA H100 80GB HBM3, 9.0, 580.65.06\n"
+           "a, b, c, d\n"
+           "1, , 9.0, 580.65.06\n"
+           "2, Some GPU, garbage, 580.65.06\n"
+           "3, Some GPU, 8.6, not a driver\n"
+           "4, NVIDIA A100-SXM4-80GB, [N/A], [N/A]\n")
+    gpus, driver = D.parse_nvidia_smi(out)
+    assert gpus == [D.GPU(0, "NVIDIA H100 80GB HBM3", (9, 0)), D.GPU(4, "NVIDIA A100-SXM4-80GB", None)]
+    assert driver == "580.65.06"
+
+
+def test_real_doctor_and_import_report_a_torch_that_exits(tmp_path):
+    """`import torch` raising SystemExit: the doctor printed only the exit message ("broken torch")."""
+    fake = tmp_path / "shadow" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise SystemExit("broken torch")\n')
+    r = run_doctor("--json", prepend_path=[tmp_path / "shadow"], tmp_path=tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert "SystemExit('broken torch')" in out["facts"]["torch_error"]
+    missing = only([D.Finding(**x) for x in out["findings"]], "torch-missing")
+    assert "SystemExit" in missing.message and "--force-reinstall" in missing.fix
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "shadow"), os.environ.get("PYTHONPATH", "")]))
+    imp = subprocess.run([sys.executable, "-c", "import torch_segops"], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=tmp_path)
+    assert imp.returncode == 1 and "ImportError" in imp.stderr, imp.stderr[-2000:]
+    assert D.describe_torch_import_error(SystemExit("broken torch")) in imp.stderr
+    assert "torch_segops.doctor" in imp.stderr

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -94,17 +95,29 @@ inline int64_t dtype_bytes(torch::headeronly::ScalarType t) {
   }
 }
 
+// A byte count computed in floating point (a size that fails to allocate may overflow int64): exact
+// below 2^53, else three significant digits ("7.38e+19").
+inline std::string byte_count(double bytes) {
+  std::ostringstream os;
+  if (bytes < 9007199254740992.0) {
+    os << static_cast<int64_t>(bytes);
+  } else {
+    os << std::setprecision(3) << bytes;
+  }
+  return os.str();
+}
+
 // "name of shape (2, 3), float32, 24 bytes, on cuda:0"
 inline std::string describe(const char* name, const std::vector<int64_t>& sizes, torch::headeronly::ScalarType dtype,
                             const torch::stable::Tensor& on) {
   std::ostringstream os;
-  int64_t numel = 1;
+  double numel = 1;
   os << name << " of shape (";
   for (size_t d = 0; d < sizes.size(); ++d) {
     os << (d ? ", " : "") << sizes[d];
-    numel *= sizes[d];
+    numel *= static_cast<double>(sizes[d]);
   }
-  os << "), " << dtype_name(dtype) << ", " << numel * dtype_bytes(dtype) << " bytes, on "
+  os << "), " << dtype_name(dtype) << ", " << byte_count(numel * static_cast<double>(dtype_bytes(dtype))) << " bytes, on "
      << (on.is_cuda() ? "cuda:" + std::to_string(on.get_device_index()) : std::string("cpu"));
   return os.str();
 }

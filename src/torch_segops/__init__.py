@@ -23,8 +23,13 @@ try:
 
     load()
     __version__: str = build_info()["version"]
-except Exception:
+except (Exception, SystemExit) as _e:  # a broken torch can even exit from its import
     if not _doctor_is_starting():
+        if isinstance(_e, SystemExit):
+            from .doctor.probes import describe_torch_import_error
+
+            raise ImportError(f"torch_segops: {describe_torch_import_error(_e)}. Run `python -m torch_segops.doctor` "
+                              "for the fix.") from _e
         raise
     __version__ = "unknown"
 else:

@@ -1,7 +1,8 @@
 """The kernel and fake kernel of ``torch_segops::index_to_indptr`` (schema in src/csrc/ops.cpp): a sorted
 COO ``index`` to CSR offsets, written once with device-generic ATen ops (searchsorted), so it runs on
 every backend, traces under torch.compile and adds no host synchronisation on the GPU when the size is
-known. Used by the COO functions and by ``scatter`` (after its stable sort)."""
+known. Used by the COO functions and by ``scatter`` (after its stable sort), through ``index_offsets``,
+whose errors name the public function (eager)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import torch
 from torch import Tensor
 
 _LIB = "torch_segops::index_to_indptr"
+_PREFIX = "torch_segops: "
+_INT32_MAX = 2**31 - 1
 
 
 def _first_bad(index: Tensor, size: int, check_sorted: bool) -> str:
@@ -44,12 +47,21 @@ def _index_to_indptr(index: Tensor, size: int, check_sorted: bool) -> Tensor:
     lead, n = list(index.shape[:-1]), index.size(-1)
     if size == -1:  # read max(index) + 1 (pytorch_scatter's default output size)
         size = int(index.max()) + 1 if index.numel() else 0
+    if index.dtype == torch.int32 and size >= _INT32_MAX:
+        index = index.long()  # the checks and the offsets count up to size, past int32
     if index.device.type != "cuda":  # synchronous check; a CUDA check would stall the host
         problem = _first_bad(index, size, check_sorted) if index.numel() else ""
         if problem:
             raise ValueError("torch_segops: " + problem)
-    bounds = torch.arange(size + 1, dtype=index.dtype, device=index.device).expand(lead + [size + 1]).contiguous()
-    indptr = torch.searchsorted(index, bounds)
+    try:
+        bounds = torch.arange(size + 1, dtype=index.dtype, device=index.device).expand(lead + [size + 1]).contiguous()
+        indptr = torch.searchsorted(index, bounds)
+    except RuntimeError as e:
+        rows = index.numel() // n if n else 1
+        raise type(e)(
+            f"{_PREFIX}allocating the CSR offsets of index for dim_size = {size} (shape ({rows}, {size + 1}), "
+            f"int64, {rows * (size + 1) * 8} bytes, on {index.device}) failed: {e}"
+        ) from e
     if index.device.type == "cuda" and n > 0:
         bad = (index[..., 0] < 0) | (index[..., -1] >= size)
         if check_sorted and n > 1:
@@ -67,3 +79,22 @@ def _index_to_indptr_fake(index: Tensor, size: int, check_sorted: bool) -> Tenso
     else:
         offsets = size + 1
     return index.new_empty([*index.shape[:-1], offsets], dtype=torch.long)
+
+
+def index_offsets(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tensor:
+    """``torch.ops.torch_segops.index_to_indptr`` called by the public function ``fn``: in eager its errors
+    name ``fn`` ("torch_segops.segment_coo: index must be ..."); scripted code calls the op itself."""
+    if not torch.jit.is_scripting():
+        return _offsets_naming(fn, index, size, check_sorted)
+    return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)
+
+
+def _offsets_naming(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tensor:
+    # eager only: TorchScript compiles no try statement
+    try:
+        return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)
+    except (TypeError, ValueError, RuntimeError) as e:
+        message = str(e)
+        if not message.startswith(_PREFIX):
+            raise
+        raise type(e)(f"torch_segops.{fn}: {message[len(_PREFIX):]}") from e

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._arguments import check_same_device
+
 _ops = torch.ops.torch_segops
 _LIB = "torch_segops::"
 
@@ -16,10 +18,13 @@ def _reduced_shape(src: Tensor, indptr: Tensor, n) -> list:
 
 
 # ---- fake kernels (shapes only; used by torch.compile, export and opcheck) --------------------------
+# They also run for real tensors when one argument is a meta tensor (the dispatcher prefers Meta): each
+# first checks that every tensor is on one device, or it would return uninitialised memory.
 
 
 @torch.library.register_fake(_LIB + "segment_reduce")
 def _segment_reduce_fake(src: Tensor, indptr: Tensor, reduce: str):
+    check_same_device("segment_reduce", ["src", "indptr"], [src, indptr])
     torch._check(indptr.dim() >= 1 and indptr.dim() <= src.dim(), lambda: "torch_segops: bad indptr dims")
     shape = _reduced_shape(src, indptr, indptr.shape[-1] - 1)
     out = src.new_empty(shape)
@@ -29,6 +34,7 @@ def _segment_reduce_fake(src: Tensor, indptr: Tensor, reduce: str):
 
 @torch.library.register_fake(_LIB + "gather_csr")
 def _gather_csr_fake(src: Tensor, indptr: Tensor, size: int):
+    check_same_device("gather_csr", ["src", "indptr"], [src, indptr])
     if size == -1:  # data-dependent: read from indptr at run time
         size = torch.library.get_ctx().new_dynamic_size()
     return src.new_empty(_reduced_shape(src, indptr, size))
@@ -36,21 +42,23 @@ def _gather_csr_fake(src: Tensor, indptr: Tensor, size: int):
 
 @torch.library.register_fake(_LIB + "segment_reduce_out")
 def _segment_reduce_out_fake(src: Tensor, indptr: Tensor, reduce: str, out: Tensor, arg: Tensor) -> None:
-    return None
+    check_same_device("segment_reduce_out", ["src", "indptr", "out", "arg"], [src, indptr, out, arg])
 
 
 @torch.library.register_fake(_LIB + "gather_csr_out")
 def _gather_csr_out_fake(src: Tensor, indptr: Tensor, out: Tensor) -> None:
-    return None
+    check_same_device("gather_csr_out", ["src", "indptr", "out"], [src, indptr, out])
 
 
 @torch.library.register_fake(_LIB + "segment_softmax")
 def _segment_softmax_fake(src: Tensor, indptr: Tensor):
+    check_same_device("segment_softmax", ["src", "indptr"], [src, indptr])
     return torch.empty_like(src, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake(_LIB + "segment_softmax_backward")
 def _segment_softmax_backward_fake(grad: Tensor, out: Tensor, indptr: Tensor):
+    check_same_device("segment_softmax_backward", ["grad", "out", "indptr"], [grad, out, indptr])
     return torch.empty_like(out, memory_format=torch.contiguous_format)
 
 

@@ -18,7 +18,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .ops import _check_size_type, _check_type
+from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
+from .ops import _check_type
 from .scatter import ScatterPlan, _index_shape, _rows_plan, scatter_max, scatter_sum
 
 
@@ -29,7 +30,9 @@ def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, dim_size: Optional[i
     if not torch.jit.is_scripting():
         _check_type(fn, "src", src)
         _check_type(fn, "index", index)
-        _check_size_type(fn, "dim_size", dim_size)
+        dim_size = size_arg(fn, "dim_size", dim_size)
+        dim = dim_arg(fn, dim)
+    check_same_device(fn, ["src", "index"], [src, index])
     if floating and not torch.is_floating_point(src):
         raise ValueError(f"torch_segops.{fn}: src must have a floating-point dtype")
     if src.dim() == 0:
@@ -41,13 +44,15 @@ def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, dim_size: Optional[i
     if index.dim() == 0:
         raise ValueError(f"torch_segops.{fn}: index must have at least one dimension, got a 0-dim tensor")
     shape = _index_shape(fn, index, src, dim)
+    check_index_dtype(fn, index)
+    check_index_values(fn, index, -1 if dim_size is None else dim_size)
     expanded = index.reshape(shape).expand(src.shape)
     plan: Optional[ScatterPlan] = None
     rows_only = src.numel() > 0
     for d in range(dim + 1, src.dim()):
         rows_only = rows_only and shape[d] == 1
     if rows_only:
-        plan = _rows_plan(index, shape, src, dim, -1 if dim_size is None else dim_size)
+        plan = _rows_plan(fn, index, shape, src, dim, -1 if dim_size is None else dim_size)
     return dim, expanded, plan
 
 

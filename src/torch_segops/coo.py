@@ -21,8 +21,10 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._arguments import check_same_device, size_arg
+from ._coo_kernel import index_offsets
 from ._registrations import _segment_lengths
-from .ops import _check_out, _check_reduce, _check_size_type, _check_type, _reduced_shape, _write_out
+from .ops import _check_out, _check_reduce, _check_type, _reduced_shape, _write_out
 
 _ops = torch.ops.torch_segops
 
@@ -32,6 +34,7 @@ def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
     if not torch.jit.is_scripting():
         _check_type(fn, "src", src)
         _check_type(fn, "index", index)
+    check_same_device(fn, ["src", "index"], [src, index])
     if index.dim() == 0 or index.dim() > src.dim():
         raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
                          f"got {index.dim()}")
@@ -44,13 +47,13 @@ def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
         shape: List[int] = list(index.shape)
         shape[dim] = src.size(dim)
         index = index.expand(shape)
-    return _ops.index_to_indptr(index, size, True)
+    return index_offsets(fn, index, size, True)
 
 
 def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int]) -> int:
     """Rows of the output along dim: out.size(dim), else dim_size, else -1 (read max(index) + 1)."""
     if not torch.jit.is_scripting():
-        _check_size_type(fn, "dim_size", dim_size)
+        dim_size = size_arg(fn, "dim_size", dim_size)
         if out is not None:
             _check_type(fn, "out", out)
     if out is not None:
@@ -178,6 +181,7 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
         _check_type(fn, "index", index)
         if out is not None:
             _check_type(fn, "out", out)
+    check_same_device(fn, ["src", "index"], [src, index])
     if index.dim() == 0 or index.dim() > src.dim():
         raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
                          f"got {index.dim()}")
@@ -186,7 +190,7 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
         if index.size(d) != 1 and index.size(d) != src.size(d):
             raise ValueError(f"torch_segops.{fn}: index.size({d}) = {index.size(d)} does not match "
                              f"src.size({d}) = {src.size(d)} (must be equal or 1 to broadcast)")
-    indptr = _ops.index_to_indptr(index, src.size(dim), True)
+    indptr = index_offsets(fn, index, src.size(dim), True)
     result = _ops.gather_csr(src, indptr, index.size(dim))
     if out is not None:
         _check_out(fn, out, src.dtype, src.device, _reduced_shape(src, index, index.size(dim)))

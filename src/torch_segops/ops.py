@@ -18,6 +18,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._arguments import check_same_device, dtype_name, size_arg
 from ._registrations import _segment_lengths
 
 _ops = torch.ops.torch_segops
@@ -36,16 +37,11 @@ def _check_reduce(fn: str, reduce: str) -> None:
         raise ValueError(f"torch_segops.{fn}: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got '{reduce}'")
 
 
-def _check_size_type(fn: str, name: str, size) -> None:
-    """Eager only: an int-like size (TorchScript checks Optional[int] itself)."""
-    if size is not None and not isinstance(size, (int, torch.SymInt)):
-        raise ValueError(f"torch_segops.{fn}: {name} must be a non-negative int, got {size!r}")
-
-
 def _check_tensors(fn: str, src: Tensor, indptr: Tensor) -> None:
     if not torch.jit.is_scripting():
         _check_type(fn, "src", src)
         _check_type(fn, "indptr", indptr)
+    check_same_device(fn, ["src", "indptr"], [src, indptr])
     if indptr.dim() == 0:
         raise ValueError(f"torch_segops.{fn}: indptr must have at least one dimension, got a 0-dim tensor")
     if indptr.dim() > src.dim():
@@ -77,7 +73,7 @@ def _check_out(fn: str, out: Tensor, dtype: torch.dtype, device: torch.device, s
         if not isinstance(out, Tensor):
             raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor or None, got {type(out).__name__}")
     if out.dtype != dtype:
-        raise TypeError(f"torch_segops.{fn}: {name} has dtype {out.dtype}, expected {dtype}")
+        raise TypeError(f"torch_segops.{fn}: {name} has dtype {dtype_name(out.dtype)}, expected {dtype_name(dtype)}")
     if out.device != device:
         raise ValueError(f"torch_segops.{fn}: {name} is on {out.device}, expected {device}")
     if shape is not None and list(out.shape) != shape:
@@ -106,8 +102,14 @@ def _in_place(out, src: Tensor, indptr: Tensor) -> bool:
         return False
     if out.numel() == 0:
         return True
-    mine = out.untyped_storage().data_ptr()
-    return all(t.numel() == 0 or t.untyped_storage().data_ptr() != mine for t in inputs)
+    return not any(t.numel() > 0 and _memory_overlaps(out, t) for t in inputs)
+
+
+def _memory_overlaps(a: Tensor, b: Tensor) -> bool:
+    """Whether the memory of a's and b's storages overlaps: also two storages over one buffer (two
+    ``torch.from_numpy`` views of one array), which torch's own out= ops do not detect."""
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    return sa.data_ptr() < sb.data_ptr() + sb.nbytes() and sb.data_ptr() < sa.data_ptr() + sa.nbytes()
 
 
 def _integer_mean(src: Tensor, indptr: Tensor) -> Tensor:
@@ -179,9 +181,11 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, size: 
     if not torch.jit.is_scripting():
         if out is not None:
             _check_type("gather_csr", "out", out)
-        _check_size_type("gather_csr", "size", size)
+        size = size_arg("gather_csr", "size", size)
     if out is not None:
-        n = out.size(indptr.dim() - 1) if out.dim() >= indptr.dim() else -1
+        if out.dim() != src.dim():
+            raise ValueError(f"torch_segops.gather_csr: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
+        n = out.size(indptr.dim() - 1)
         if size is not None and size != n:
             raise ValueError(f"torch_segops.gather_csr: size={size} disagrees with out.size(dim)={n}")
         size = n

@@ -21,10 +21,10 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
+from ._coo_kernel import index_offsets
 from .coo import _reduce_csr, _reduce_into
-from .ops import _check_size_type, _check_type
-
-_ops = torch.ops.torch_segops
+from .ops import _check_type
 
 
 class ScatterPlan(NamedTuple):
@@ -45,16 +45,24 @@ def scatter_plan(index: Tensor, dim_size: Optional[int] = None) -> ScatterPlan:
     ``[*lead, N]`` whose leading dims broadcast against ``src.shape[:dim]``. The output size is
     ``dim_size``, else ``max(index) + 1`` (read from the index: a host synchronisation on the GPU).
     Values must lie in ``[0, dim_size)`` (checked as in the COO functions)."""
+    fn = "scatter_plan"
     if not torch.jit.is_scripting():
-        _check_type("scatter_plan", "index", index)
-        _check_size_type("scatter_plan", "dim_size", dim_size)
+        _check_type(fn, "index", index)
+        dim_size = size_arg(fn, "dim_size", dim_size)
     if index.dim() == 0:
         raise ValueError("torch_segops.scatter_plan: index must have at least one dimension, got a 0-dim tensor")
     if dim_size is not None and dim_size < 0:
         raise ValueError(f"torch_segops.scatter_plan: dim_size must be a non-negative int, got {dim_size}")
+    size = -1 if dim_size is None else dim_size
+    check_index_dtype(fn, index)
+    check_index_values(fn, index, size)  # before the sort: the caller's positions
+    return _plan(fn, index, size)
+
+
+def _plan(fn: str, index: Tensor, size: int) -> ScatterPlan:
+    """scatter_plan of a checked index (size -1: max(index) + 1)."""
     ordered, perm = torch.sort(index, dim=-1, stable=True)
-    indptr = _ops.index_to_indptr(ordered, -1 if dim_size is None else dim_size, False)
-    return ScatterPlan(perm, indptr)
+    return ScatterPlan(perm, index_offsets(fn, ordered, size, False))
 
 
 def _index_shape(fn: str, index: Tensor, src: Tensor, dim: int) -> List[int]:
@@ -74,11 +82,11 @@ def _index_shape(fn: str, index: Tensor, src: Tensor, dim: int) -> List[int]:
     return shape
 
 
-def _rows_plan(index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> ScatterPlan:
-    """The plan of an index that does not vary along the dims after dim (shape: _index_shape's), as
+def _rows_plan(fn: str, index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> ScatterPlan:
+    """The plan of a checked index that does not vary along the dims after dim (shape: _index_shape's), as
     ``[*lead, N]`` rows; size -1: read from the index."""
     rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
-    return scatter_plan(rows, None if size == -1 else size)
+    return _plan(fn, rows, size)
 
 
 def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
@@ -123,9 +131,17 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
     if not torch.jit.is_scripting():
         _check_type(fn, "src", src)
         _check_type(fn, "index", index)
-        _check_size_type(fn, "dim_size", dim_size)
+        dim_size = size_arg(fn, "dim_size", dim_size)
+        dim = dim_arg(fn, dim)
         if out is not None:
             _check_type(fn, "out", out)
+        # a ScatterPlan, or the named tuple a scripted scatter_plan returns (a class of TorchScript's making)
+        if plan is not None and not all(isinstance(getattr(plan, f, None), Tensor) for f in ScatterPlan._fields):
+            raise TypeError(f"torch_segops.{fn}: plan must be a ScatterPlan (made by scatter_plan) or None, "
+                            f"got {type(plan).__name__}")
+    check_same_device(fn, ["src", "index"], [src, index])
+    if plan is not None:
+        check_same_device(fn, ["src", "plan.perm", "plan.indptr"], [src, plan.perm, plan.indptr])
     if src.dim() == 0:
         raise ValueError(f"torch_segops.{fn}: src must have at least one dimension")
     if dim < -src.dim() or dim >= src.dim():
@@ -146,6 +162,9 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
             raise ValueError(f"torch_segops.{fn}: dim_size must be a non-negative int, got {dim_size}")
         size = dim_size
     shape = _index_shape(fn, index, src, dim)
+    check_index_dtype(fn, index)
+    if plan is None:
+        check_index_values(fn, index, size)  # before the sort: the caller's positions
     if src.numel() == 0:
         return _scatter_nothing(fn, src, dim, out, size, reduce)
     rows_only = True
@@ -162,13 +181,12 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
                              f"not {size}")
         return _scatter_rows(fn, src, plan, dim, out, reduce)
     if rows_only:  # sort whole rows: the index reduced to [*lead, N]
-        return _scatter_rows(fn, src, _rows_plan(index, shape, src, dim, size), dim, out, reduce)
+        return _scatter_rows(fn, src, _rows_plan(fn, index, shape, src, dim, size), dim, out, reduce)
     # the index varies along the feature dims: sort every position of the other dims on its own
     last = src.dim() - 1
     full = index.reshape(shape).expand(src.shape).movedim(dim, last)
     moved_out = out.movedim(dim, last) if out is not None else None
-    values, arg = _scatter_rows(fn, src.movedim(dim, last), scatter_plan(full, None if size == -1 else size),
-                                last, moved_out, reduce)
+    values, arg = _scatter_rows(fn, src.movedim(dim, last), _plan(fn, full, size), last, moved_out, reduce)
     if reduce == "min" or reduce == "max":
         arg = arg.movedim(last, dim)
     if out is not None:

@@ -20,6 +20,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "cpu/kernels.h"
+#include "cpu/nonempty_segments.h"
 #include "csr_args.h"
 #include "reducers.h"
 #include "segment_ops.h"
@@ -150,8 +151,16 @@ struct CpuBackend {
     cpu::kernels().segment_reduce(a, r, out, arg);
   }
   void gather(const CsrArgs& a, int64_t R, const Tensor& out) const { cpu::kernels().gather(a, R, out); }
-  void softmax(const CsrArgs& a, const Tensor& out) const { cpu::kernels().softmax(a, out); }
+  // The softmax kernels keep a statistic per segment: given the non-empty segments only when most are
+  // empty (cpu/nonempty_segments.h), so that it never outgrows src.
+  void softmax(const CsrArgs& a, const Tensor& out) const {
+    if (cpu::has_many_empty_segments(a)) return cpu::kernels().softmax(cpu::without_empty_segments(a, op), out);
+    cpu::kernels().softmax(a, out);
+  }
   void softmax_backward(const CsrArgs& a, const Tensor& grad, const Tensor& grad_in) const {
+    if (cpu::has_many_empty_segments(a)) {
+      return cpu::kernels().softmax_backward(cpu::without_empty_segments(a, op), grad, grad_in);
+    }
     cpu::kernels().softmax_backward(a, grad, grad_in);
   }
   void finish() const {}

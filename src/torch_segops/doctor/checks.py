@@ -15,7 +15,10 @@ from .records import (CUDATOOLKIT_LAST, ERROR, INFO, MIN_TORCH, OK, SUGGESTED_CU
 
 def check_torch(f: Facts) -> list[Finding]:
     if f.torch_version is None:
-        fix = f'mamba install "pytorch>={MIN_TORCH}"' if f.in_conda_env else f"pip install 'torch>={MIN_TORCH}'"
+        # installed but broken (its import raised something other than "No module named 'torch'"): reinstall
+        broken = bool(f.torch_error) and "No module named 'torch'" not in f.torch_error
+        again = " --force-reinstall" if broken else ""
+        fix = f'mamba install{again} "pytorch>={MIN_TORCH}"' if f.in_conda_env else f"pip install{again} 'torch>={MIN_TORCH}'"
         return [Finding(ERROR, "torch-missing", f"torch cannot be imported: {f.torch_error or 'not installed'}", fix)]
     build = f"cuda {f.torch_cuda_version}" if f.torch_cuda_version else "cpu"
     if version_at_least(f.torch_version, MIN_TORCH) is False:
@@ -41,6 +44,11 @@ def check_library(f: Facts) -> list[Finding]:
     if not f.library_exists:
         fix = "mamba install torch-segops" if f.in_conda_env else "pip install --no-build-isolation .  (or -e . in a source checkout)"
         out.append(Finding(ERROR, "library-missing", f"the compiled library was not found ({f.library_path or 'no path'}): torch_segops is not built or not installed", fix))
+        return out
+    if f.library_file_problem:  # never handed to the loader: a truncated file would kill it (SIGBUS)
+        fix = ("mamba install --force-reinstall torch-segops" if f.in_conda_env
+               else "pip install --force-reinstall --no-deps torch-segops  (in a source checkout: pip install --no-build-isolation --force-reinstall .)")
+        out.append(Finding(ERROR, "library-damaged", f"the compiled library cannot be loaded: {f.library_file_problem}", fix))
         return out
     if f.library_error and f.torch_version is None:
         return out  # cannot be loaded without torch; "torch-missing" says what to do
@@ -119,7 +127,7 @@ def check_variant(f: Facts) -> list[Finding]:
                 Finding(
                     ERROR,
                     "cuda-segops-with-cpu-torch",
-                    f"torch_segops is a CUDA {_build_cuda(f)} build but torch {f.torch_version} is a cpu build",
+                    f"torch_segops is a CUDA {_build_cuda(f) or '(version unknown)'} build but torch {f.torch_version} is a cpu build",
                     fix_cuda_torch(f, _build_cuda(f) or SUGGESTED_CUDA) + "   or install the cpu build of torch_segops",
                 )
             )
@@ -128,7 +136,7 @@ def check_variant(f: Facts) -> list[Finding]:
                 Finding(
                     ERROR,
                     "cuda-major-mismatch",
-                    f"torch_segops was built with CUDA {_build_cuda(f)} but torch uses CUDA {f.torch_cuda_version}: different CUDA majors",
+                    f"torch_segops was built with CUDA {_build_cuda(f) or '(version unknown)'} but torch uses CUDA {f.torch_cuda_version}: different CUDA majors",
                     fix_cuda_segops(f, f.torch_cuda_version),
                 )
             )

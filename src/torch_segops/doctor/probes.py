@@ -14,7 +14,11 @@ import shutil
 import subprocess
 import sys
 
+from .files import elf_problem, find_in_file, read_regular
 from .records import CUDATOOLKIT, GPU, Facts, parse_version
+
+# A conda-meta record lists a package's files: a few MB for the largest packages.
+_RECORD_LIMIT = 64 << 20
 
 
 def find_cudatoolkit(conda_prefix: str | None) -> str | None:
@@ -30,9 +34,8 @@ def find_cudatoolkit(conda_prefix: str | None) -> str | None:
         if not (name.startswith(CUDATOOLKIT + "-") and name.endswith(".json")):
             continue
         try:
-            with open(os.path.join(meta, name)) as fh:
-                rec = json.load(fh)
-        except (OSError, ValueError):
+            rec = json.loads(read_regular(os.path.join(meta, name), _RECORD_LIMIT))
+        except (OSError, ValueError):  # unreadable, not a regular file (a FIFO, /dev/zero), not JSON
             continue
         if isinstance(rec, dict) and rec.get("name") == CUDATOOLKIT:  # not cudatoolkit-dev & co.
             return str(rec.get("version") or "unknown version")
@@ -41,6 +44,14 @@ def find_cudatoolkit(conda_prefix: str | None) -> str | None:
 
 def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".strip()
+
+
+def describe_torch_import_error(e: BaseException) -> str:
+    """What `import torch` raising ``e`` means, in the words both the doctor and ``import torch_segops`` use."""
+    if isinstance(e, SystemExit):
+        return (f"`import torch` raised SystemExit({e.code!r}): torch's import exits the process instead of raising "
+                "an ImportError (a broken torch installation)")
+    return _err(e)
 
 
 def _find_library_path() -> str | None:
@@ -57,22 +68,20 @@ def _find_library_path() -> str | None:
 
 
 def read_build_info_from_file(path: str) -> dict | None:
-    """The build-info JSON is one string literal in the binary: read it without loading the library."""
+    """The build-info JSON is one string literal in the binary: read it without loading the library.
+    Values that are not strings (a hostile or damaged file) count as unknown (None)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
+        text = find_in_file(path, b'{"version": "', b"}")
+        info = json.loads(text.decode()) if text else None
+    except (OSError, ValueError):  # unreadable or not a regular file; not JSON (UnicodeDecodeError is one)
         return None
-    start = data.find(b'{"version": "')
-    if start < 0:
-        return None
-    end = data.find(b"}", start)
-    try:
-        info = json.loads(data[start : end + 1].decode())
-    except (ValueError, UnicodeDecodeError):
+    if not isinstance(info, dict):
         return None
     archs = info.get("cuda_archs") or ""
-    info["cuda_archs"] = [a for a in archs.replace(",", ";").split(";") if a] if isinstance(archs, str) else list(archs)
+    if isinstance(archs, list) and all(isinstance(a, str) for a in archs):
+        archs = ";".join(archs)
+    info = {k: v if isinstance(v, str) else None for k, v in info.items()}
+    info["cuda_archs"] = [a for a in archs.replace(",", ";").split(";") if a] if isinstance(archs, str) else None
     info["cuda_version"] = info.get("cuda_version") or None
     return info
 
@@ -114,10 +123,19 @@ def parse_nvidia_smi(stdout: str) -> tuple[list[GPU], str | None]:
     driver = None
     for line in stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 4:
+        if len(parts) > 4:  # a name with a comma in it
+            parts = [parts[0], ", ".join(parts[1:-2]), parts[-2], parts[-1]]
+        # a GPU line: its index, a name, a compute capability (or N/A) and a driver version (or N/A);
+        # anything else (warnings, errors, a wrapper's chatter) is not a GPU
+        if len(parts) != 4 or not parts[0].isdigit() or not parts[1]:
             continue
-        cap = tuple(int(x) for x in parts[2].split(".")) if re.fullmatch(r"\d+\.\d+", parts[2]) else None
-        gpus.append(GPU(int(parts[0]) if parts[0].isdigit() else len(gpus), parts[1], cap))
+        unknown = ("[N/A]", "N/A", "[Not Supported]")
+        if not (re.fullmatch(r"\d+\.\d+", parts[2]) or parts[2] in unknown):
+            continue
+        if not (re.fullmatch(r"\d+\.\d+(\.\d+)?", parts[3]) or parts[3] in unknown):
+            continue
+        cap = tuple(int(x) for x in parts[2].split(".")) if parts[2] not in unknown else None
+        gpus.append(GPU(int(parts[0]), parts[1], cap))
         driver = driver or (parts[3] if parse_version(parts[3]) else None)
     return gpus, driver
 
@@ -179,7 +197,9 @@ def gather_facts() -> Facts:
         f.torch_version = str(torch.__version__)
         f.torch_cuda_version = getattr(torch.version, "cuda", None)
     except BaseException as e:  # a broken torch can raise anything, even SystemExit from a C extension
-        f.torch_error = _err(e)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        f.torch_error = describe_torch_import_error(e)
         torch = None
 
     # GPUs and driver, independent of torch
@@ -213,6 +233,8 @@ def gather_facts() -> Facts:
     else:
         f.library_error = "not loaded: torch cannot be imported"
     f.library_exists = bool(f.library_path) and os.path.exists(f.library_path)
+    if f.library_exists:
+        f.library_file_problem = elf_problem(f.library_path)
     if f.build_info is None and f.library_exists:
         f.build_info = read_build_info_from_file(f.library_path)
         f.build_info_source = "file" if f.build_info else None

@@ -43,6 +43,7 @@ class Facts:
     library_path: str | None = None
     library_exists: bool = False
     library_error: str | None = None  # why torch.ops.load_library (or locating it) failed
+    library_file_problem: str | None = None  # why the file cannot be a complete shared object (truncated, a FIFO, ...)
     build_info: dict | None = None  # torch_segops build info (loaded, or read from the file)
     build_info_source: str | None = None  # "loaded" | "file"
     # torch

@@ -1,0 +1,107 @@
+"""Reading files that may be anything: the compiled library and the conda-meta records.
+
+A path can name a FIFO (opening it to read waits for a writer: the doctor hung), a device
+(``/dev/zero`` never ends: MemoryError), a directory, or a truncated copy of a shared object (the
+dynamic loader maps its segments past the end of the file and the process dies of SIGBUS on first
+touch). Files are opened without blocking and read only when they are regular files; a shared
+object is checked against its own ELF headers before anything loads it (``elf_problem``, used by
+``torch_segops._library.load`` and by the doctor). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class NotARegularFile(OSError):
+    """The path exists but is not a regular file (or is larger than the reader accepts)."""
+
+
+def _open_regular(path: str) -> tuple[int, int]:
+    """(file descriptor, size) of a regular file, opened without blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+            raise NotARegularFile(f"{path} is {kind}, not a regular file")
+        return fd, st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The contents of the regular file ``path`` of at most ``limit`` bytes. Raises OSError (including
+    NotARegularFile) otherwise."""
+    fd, size = _open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        if size > limit:
+            raise NotARegularFile(f"{path} has {size} bytes, more than the {limit} expected")
+        return fh.read(limit + 1)[:limit]
+
+
+def find_in_file(path: str, start: bytes, end: bytes, limit: int = 4096) -> bytes | None:
+    """The bytes from the first ``start`` to the next ``end`` (included, at most ``limit`` bytes) in a
+    regular file, read in chunks (a CUDA build's library is hundreds of MB); None when absent."""
+    chunk = 1 << 20
+    fd, _ = _open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        tail = b""
+        while True:
+            block = fh.read(chunk)
+            data = tail + block
+            i = data.find(start)
+            if i >= 0:
+                while len(data) - i < limit and block:
+                    block = fh.read(chunk)
+                    data += block
+                j = data.find(end, i, i + limit)
+                return data[i : j + len(end)] if j >= 0 else None
+            if not block:
+                return None
+            tail = data[-len(start) :]
+
+
+def elf_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a complete ELF shared object, or None when its headers, program headers,
+    loaded segments and section headers all lie inside the file. Reads a few KB; never loads it."""
+    try:
+        fd, size = _open_regular(path)
+    except OSError as e:
+        return str(e) if isinstance(e, NotARegularFile) else f"{path} cannot be opened: {e.strerror or e}"
+    with os.fdopen(fd, "rb") as fh:
+        ident = fh.read(64)
+        if ident[:4] != b"\x7fELF":
+            return f"{path} is not a shared object (an ELF file starts with 7f 45 4c 46, this one with {ident[:4].hex(' ') or 'nothing'})"
+        if len(ident) < 16 or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+            return f"{path} is a damaged ELF file (bad class or byte order in its first 16 bytes)"
+        wide, order = ident[4] == 2, "<" if ident[5] == 1 else ">"
+        header = order + ("HHIQQQIHHHHHH" if wide else "HHIIIIIHHHHHH")
+        if len(ident) < 16 + struct.calcsize(header):
+            return f"{path} is truncated: {size} bytes, shorter than an ELF header"
+        (e_type, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = struct.unpack_from(header, ident, 16)
+        if e_type != 3:  # ET_DYN
+            return f"{path} is an ELF file but not a shared object (e_type {e_type})"
+        entry = order + ("IIQQQQQQ" if wide else "IIIIIIII")
+        if phnum and phentsize < struct.calcsize(entry):
+            return f"{path} is a damaged ELF file (program header entries of {phentsize} bytes)"
+        ends = [phoff + phentsize * phnum, shoff + shentsize * shnum if shoff else 0]
+        if ends[0] <= size:
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+            for k in range(phnum):
+                fields = struct.unpack_from(entry, table, k * phentsize)
+                p_type, p_offset, p_filesz = (fields[0], fields[2], fields[5]) if wide else (fields[0], fields[1], fields[4])
+                if p_type == 1:  # PT_LOAD: mapped from the file
+                    ends.append(p_offset + p_filesz)
+    needed = max(ends)
+    if needed > size:
+        return (f"{path} is truncated: it has {size} bytes, but its ELF headers describe {needed} "
+                "(an interrupted copy, download or install)")
+    return None
