@@ -11,22 +11,17 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import reference as R
 import torch_segops as so
 
 FLOATS = (torch.float32, torch.float64)
 
 
 def _rows(src, index, dim):
-    """src and index (broadcast as pytorch_scatter does: 1-D along dim, else trailing size-1 dims) with dim
-    moved last and the other dims flattened: [P, N] each."""
+    """src and index (pytorch_scatter's broadcast, reference.broadcast_index) with dim moved last and the other
+    dims flattened: [P, N] each."""
     d = dim % src.dim()
-    if index.dim() == 1:
-        shape = [1] * src.dim()
-        shape[d] = index.numel()
-        index = index.reshape(shape)
-    else:
-        index = index.reshape(list(index.shape) + [1] * (src.dim() - index.dim()))
-    index = index.expand(src.shape)
+    index = R.broadcast_index(index, src, dim)
     n = src.size(d)
     return src.movedim(d, -1).reshape(-1, n), index.movedim(d, -1).reshape(-1, n)
 

@@ -18,42 +18,33 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
-from .ops import _check_type
-from .scatter import ScatterPlan, _index_shape, _rows_plan, scatter_max, scatter_sum
+from ._arguments import check_index_dtype, check_index_values, check_same_device
+from .scatter import (ScatterPlan, _dim_and_size, _eager_arg_types, _index_shape, _rows_plan, scatter_max,
+                      scatter_sum)
 
 
-def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, dim_size: Optional[int],
-             floating: bool) -> Tuple[int, Tensor, Optional[ScatterPlan]]:
-    """dim in [0, src.dim()), index expanded to src's shape (for gather), and a plan of the sort when the index
-    does not vary along the dims after dim (None otherwise: every scatter then sorts on its own)."""
+def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+             floating: bool) -> Tuple[int, Optional[int], Tensor, Optional[ScatterPlan]]:
+    """dim in [0, src.dim()), the output size (out's, else dim_size, else None: read from the index), index
+    expanded to src's shape (for gather), and a plan of the sort when the index does not vary along the dims
+    after dim (None otherwise: every scatter then sorts on its own)."""
     if not torch.jit.is_scripting():
-        _check_type(fn, "src", src)
-        _check_type(fn, "index", index)
-        dim_size = size_arg(fn, "dim_size", dim_size)
-        dim = dim_arg(fn, dim)
+        dim, dim_size = _eager_arg_types(fn, src, index, dim, out, dim_size)
     check_same_device(fn, ["src", "index"], [src, index])
     if floating and not torch.is_floating_point(src):
         raise ValueError(f"torch_segops.{fn}: src must have a floating-point dtype")
-    if src.dim() == 0:
-        raise ValueError(f"torch_segops.{fn}: src must have at least one dimension")
-    if dim < -src.dim() or dim >= src.dim():
-        raise ValueError(f"torch_segops.{fn}: dim {dim} is out of range for src with {src.dim()} dims")
-    if dim < 0:
-        dim += src.dim()
-    if index.dim() == 0:
-        raise ValueError(f"torch_segops.{fn}: index must have at least one dimension, got a 0-dim tensor")
+    dim, size = _dim_and_size(fn, src, index, dim, out, dim_size)
     shape = _index_shape(fn, index, src, dim)
     check_index_dtype(fn, index)
-    check_index_values(fn, index, -1 if dim_size is None else dim_size)
+    check_index_values(fn, index, size)
     expanded = index.reshape(shape).expand(src.shape)
     plan: Optional[ScatterPlan] = None
     rows_only = src.numel() > 0
     for d in range(dim + 1, src.dim()):
         rows_only = rows_only and shape[d] == 1
     if rows_only:
-        plan = _rows_plan(fn, index, shape, src, dim, -1 if dim_size is None else dim_size)
-    return dim, expanded, plan
+        plan = _rows_plan(fn, index, shape, src, dim, size)
+    return dim, None if size == -1 else size, expanded, plan
 
 
 def _recentred(src: Tensor, index: Tensor, expanded: Tensor, dim: int, dim_size: Optional[int],
@@ -84,17 +75,7 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[T
     """``log(sum(exp(src_j)) + eps)`` over the entries j scattered to each target (0 where there are none).
     With ``out``, its values join each target's entries, and the result is written into ``out`` (where it is
     not finite, ``out`` keeps its value), as pytorch_scatter's."""
-    fn = "scatter_logsumexp"
-    if out is not None:
-        if not torch.jit.is_scripting():
-            _check_type(fn, "out", out)
-        if out.dim() != src.dim():
-            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
-        d = dim + src.dim() if dim < 0 else dim
-        if dim_size is not None and dim_size != out.size(d):
-            raise ValueError(f"torch_segops.{fn}: dim_size={dim_size} disagrees with out.size(dim)={out.size(d)}")
-        dim_size = out.size(d)
-    dim, expanded, plan = _prepare(fn, src, index, dim, dim_size, True)
+    dim, dim_size, expanded, plan = _prepare("scatter_logsumexp", src, index, dim, out, dim_size, True)
     mx, z = _recentred(src, index, expanded, dim, dim_size, plan)
     total = scatter_sum(z.exp(), index, dim, dim_size=dim_size, plan=plan)
     if out is not None:
@@ -107,7 +88,7 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[T
 
 def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optional[int] = None) -> Tensor:
     """Softmax over the entries scattered to each target, in src's shape."""
-    dim, expanded, plan = _prepare("scatter_softmax", src, index, dim, dim_size, True)
+    dim, dim_size, expanded, plan = _prepare("scatter_softmax", src, index, dim, None, dim_size, True)
     _, z = _recentred(src, index, expanded, dim, dim_size, plan)
     e = z.exp()
     total = scatter_sum(e, index, dim, dim_size=dim_size, plan=plan)
@@ -117,7 +98,7 @@ def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optiona
 def scatter_log_softmax(src: Tensor, index: Tensor, dim: int = -1, eps: float = 1e-12,
                         dim_size: Optional[int] = None) -> Tensor:
     """``src - max - log(sum(exp(src - max)) + eps)`` over the entries scattered to each target, in src's shape."""
-    dim, expanded, plan = _prepare("scatter_log_softmax", src, index, dim, dim_size, True)
+    dim, dim_size, expanded, plan = _prepare("scatter_log_softmax", src, index, dim, None, dim_size, True)
     _, z = _recentred(src, index, expanded, dim, dim_size, plan)
     total = scatter_sum(z.exp(), index, dim, dim_size=dim_size, plan=plan)
     return z - (total + eps).log().gather(dim, expanded)
@@ -129,14 +110,7 @@ def scatter_std(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
     ``sqrt(sum((src_j - mean)^2) / (n - 1 + 1e-6))`` (``n + 1e-6`` when not unbiased; the count at least 1),
     0 where there are no entries. With ``out``, the squared deviations are added to it and the result is
     written into ``out``. Its gradient is 0 where the deviation is 0 (a target with one entry), not NaN."""
-    fn = "scatter_std"
-    if out is not None:
-        if not torch.jit.is_scripting():
-            _check_type(fn, "out", out)
-        if out.dim() != src.dim():
-            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
-        dim_size = out.size(dim + src.dim() if dim < 0 else dim)
-    dim, expanded, plan = _prepare(fn, src, index, dim, dim_size, False)
+    dim, dim_size, expanded, plan = _prepare("scatter_std", src, index, dim, out, dim_size, False)
     count = scatter_sum(torch.ones_like(src), index, dim, dim_size=dim_size, plan=plan).clamp(min=1)
     mean = scatter_sum(src, index, dim, dim_size=dim_size, plan=plan) / count
     dev = src - mean.gather(dim, expanded)

@@ -126,22 +126,20 @@ def _scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size
     return _reduce_into(fn, out, "sum", values, arg, src.size(dim), values, "floor")
 
 
-def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
-             reduce: str, plan: Optional[ScatterPlan]) -> Tuple[Tensor, Tensor]:
-    if not torch.jit.is_scripting():
-        _check_type(fn, "src", src)
-        _check_type(fn, "index", index)
-        dim_size = size_arg(fn, "dim_size", dim_size)
-        dim = dim_arg(fn, dim)
-        if out is not None:
-            _check_type(fn, "out", out)
-        # a ScatterPlan, or the named tuple a scripted scatter_plan returns (a class of TorchScript's making)
-        if plan is not None and not all(isinstance(getattr(plan, f, None), Tensor) for f in ScatterPlan._fields):
-            raise TypeError(f"torch_segops.{fn}: plan must be a ScatterPlan (made by scatter_plan) or None, "
-                            f"got {type(plan).__name__}")
-    check_same_device(fn, ["src", "index"], [src, index])
-    if plan is not None:
-        check_same_device(fn, ["src", "plan.perm", "plan.indptr"], [src, plan.perm, plan.indptr])
+def _eager_arg_types(fn: str, src, index, dim, out, dim_size) -> Tuple[int, Optional[int]]:
+    """Eager only (TorchScript types the arguments itself): tensors are tensors, dim and dim_size integers
+    (numpy's too); returns (dim, dim_size) as Python ints."""
+    _check_type(fn, "src", src)
+    _check_type(fn, "index", index)
+    if out is not None:
+        _check_type(fn, "out", out)
+    return dim_arg(fn, dim), size_arg(fn, "dim_size", dim_size)
+
+
+def _dim_and_size(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
+                  dim_size: Optional[int]) -> Tuple[int, int]:
+    """dim in [0, src.dim()) and the output size along it: out.size(dim), else dim_size, else -1 (read from the
+    index), with the shape checks of every scatter function."""
     if src.dim() == 0:
         raise ValueError(f"torch_segops.{fn}: src must have at least one dimension")
     if dim < -src.dim() or dim >= src.dim():
@@ -161,6 +159,21 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
         if dim_size < 0:
             raise ValueError(f"torch_segops.{fn}: dim_size must be a non-negative int, got {dim_size}")
         size = dim_size
+    return dim, size
+
+
+def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+             reduce: str, plan: Optional[ScatterPlan]) -> Tuple[Tensor, Tensor]:
+    if not torch.jit.is_scripting():
+        dim, dim_size = _eager_arg_types(fn, src, index, dim, out, dim_size)
+        # a ScatterPlan, or the named tuple a scripted scatter_plan returns (a class of TorchScript's making)
+        if plan is not None and not all(isinstance(getattr(plan, f, None), Tensor) for f in ScatterPlan._fields):
+            raise TypeError(f"torch_segops.{fn}: plan must be a ScatterPlan (made by scatter_plan) or None, "
+                            f"got {type(plan).__name__}")
+    check_same_device(fn, ["src", "index"], [src, index])
+    if plan is not None:
+        check_same_device(fn, ["src", "plan.perm", "plan.indptr"], [src, plan.perm, plan.indptr])
+    dim, size = _dim_and_size(fn, src, index, dim, out, dim_size)
     shape = _index_shape(fn, index, src, dim)
     check_index_dtype(fn, index)
     if plan is None:
