@@ -21,23 +21,33 @@ sizes, 2^26 elements):
      that fits in L2: L2);
    - divergence: warp memory instructions and rounds as a SIMT warp runs them (lanes aligned per
      "epoch", an iteration that starts with offset loads; a lane with less work in an epoch idles);
-   - the distinct sectors read and written (DRAM traffic).
-2. Occupancy from the real compiled kernel: `nvcc -cubin -arch=sm_90 -Xptxas -v` of segment_cuda.cu
-   (registers per thread, shared memory per block) -> resident warps per SM.
-3. Time per launch: p-norm of five terms, plus a fixed cost per launch:
+   - the distinct sectors read and written (DRAM traffic);
+   - shared memory of block kernels (ReduceFlatBlock): per warp instruction (the k-th access of a site by
+     each lane after the same number of loop steps), the bank wavefronts it takes (32 banks of 4 bytes:
+     d distinct words in one bank cost d; one word read by many lanes is a broadcast) and the ones it would
+     take without conflicts.
+2. Resources of the real compiled kernels: `nvcc -cubin -arch=sm_90 -Xptxas -v` of segment_cuda.cu (registers
+   per thread, shared memory per block -> resident warps per SM; stack frame and spill bytes per thread) and
+   `cuobjdump -sass` of it (static counts of local-memory LDL / STL and global LDG / STG instructions).
+3. Time per launch: p-norm of five terms:
    - DRAM = DRAM bytes / COPY_BW;
-   - latency (Little's law) = waves of resident warps x SIMT rounds per warp x (lat_scale x mean load
-     latency of its rounds + round_cycles), at least the longest sampled warp's chain at unloaded
-     latency;
-   - L1 wavefronts = lsu_cycles x distinct 128-byte lines of all warp instructions / (SMS x CLOCK);
+   - latency (Little's law) = whole waves of resident blocks (a partial last wave costs a whole one) x SIMT
+     rounds per warp x (lat_scale x mean load latency of its rounds + round_cycles), at least the longest
+     sampled warp's chain;
+   - L1 data path = (lsu_cycles x the 128-byte lines of all global and local warp instructions + the
+     shared-memory wavefronts) / (SMS x CLOCK); local memory: the kernel's static LDL / STL per LDG / STG
+     times its traced warp memory instructions, 32 x (bytes per lane) / 128 lines each;
    - L2 = (L1 misses + stores) x 32 B / L2_BW;
    - issue = warp memory instructions (SIMT) x inst_cycles / (SMS x 4 schedulers x CLOCK).
+4. Time of a call: its launches in order (chain): host_s of host work, the host submits one launch every
+   SUBMIT_S, a launch starts when the previous one has ended plus launch_s and it has been submitted.
    `--calibrate` traces the kernels measured on the H100 (commit 6bf4532 = the measured 0533d0f plus
-   trace hooks, materialised from git under the cache with this tree's tracer), fits lat_scale,
-   round_cycles, inst_cycles, lsu_cycles, p and the launch cost (grid search, squared log error) on the 40
-   full-size rows of benchmarks/results/cuda-h100-2026-11-23.md and reports the leave-one-out errors
-   (each row predicted by the fit on the other 39). The constants are below (CALIBRATION); docs/cuda.md
-   gives the fit.
+   trace hooks, materialised from git under the cache with this tree's tracer; their resources from
+   benchmarks/results/gpu-model-resources-sm90-6bf4532.json), fits lat_scale, round_cycles, inst_cycles,
+   lsu_cycles, p, launch_s and host_s (grid search, squared log error) on the 40 full-size rows of
+   benchmarks/results/cuda-h100-2026-11-23.md and reports the leave-one-out errors (each row predicted by
+   the fit on the other 39). The constants are below (CALIBRATION); docs/cuda.md gives the fit. The column
+   "bank conflicts" is the predicted time over the time with conflict-free shared-memory accesses, less 1.
 
 Traces are cached under $GPU_MODEL_CACHE (default ~/.cache/torch_segops_gpu_model), keyed by the kernel
 sources; the first full run takes a few minutes on 2 cores.
@@ -101,6 +111,9 @@ STATED_ERROR = 0.40
 
 MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
 RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
+# The calibration kernels' resources with their stack, spills and SASS local-memory counts (nvcc 13.0 -Xptxas -v
+# and cuobjdump -sass of commit 6bf4532's segment_cuda.cu; registers as in the file committed with it)
+CALIBRATION_RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90-6bf4532.json")
 SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
            "src/csrc/reducers.h", "tests/cuda_emulation/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
@@ -308,7 +321,8 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
     sm_90 compile (needs nvcc), else the committed file with a warning. A materialised root (--calibrate):
     the file committed with its kernels."""
     if root != REPO:
-        with open(os.path.join(root, os.path.relpath(RESOURCES, REPO))) as fh:
+        path = CALIBRATION_RESOURCES if os.path.exists(CALIBRATION_RESOURCES) else os.path.join(root, os.path.relpath(RESOURCES, REPO))
+        with open(path) as fh:
             return json.load(fh)["kernels"]
     want = source_hash(SOURCES[:4])
     saved = None

@@ -24,6 +24,7 @@
 // is 32 consecutive threads of a block, its lanes' accesses recorded in program order.
 //
 //   trace_kernels OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]
+//   trace_kernels banks STRIDE BYTES   (the bank count of one warp instruction, lane l at byte l * STRIDE)
 //   OP: sum mean max logsumexp softmax gather; DTYPE: float32 bfloat16; INDPTR_FILE: S + 1 int64 offsets
 //   (gather: N is the output size and src has S rows).
 #include <cxxabi.h>
@@ -582,7 +583,17 @@ template <typename T> int run(const std::string& op, int64_t F, int64_t N, std::
   return 0;
 }
 
+// One synthetic warp instruction: lane l accesses `bytes` bytes at l * stride (tests/test_gpu_model.py).
+static int bank_selftest(int64_t stride, int bytes) {
+  std::vector<std::pair<int, SharedAccess>> lanes;
+  for (int l = 0; l < 32; ++l) lanes.push_back({l, SharedAccess{static_cast<uint64_t>(l * stride), bytes, 0, 0}});
+  const BankCount bc = bank_wavefronts(lanes);
+  std::printf("{\"wavefronts\": %.0f, \"ideal\": %.0f}\n", bc.wavefronts, bc.ideal);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "banks") return bank_selftest(std::atoll(argv[2]), std::atoi(argv[3]));
   if (argc < 6) {
     std::fprintf(stderr, "usage: %s OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]\n", argv[0]);
     return 2;
