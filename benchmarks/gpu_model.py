@@ -100,9 +100,10 @@ L2_BW = 5.5e12  # B/s, L2 -> SM bandwidth (chipsandcheese.com measured ~5.5 TB/s
 REGS_PER_SM, MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM, SMEM_PER_SM = 65536, 64, 32, 228 * 1024
 THREADS_PER_BLOCK = 256  # segment_cuda.cu kThreads
 
-# Fitted on the 40 rows (python benchmarks/gpu_model.py --fit): latency scale, p of the p-norm, seconds
-# per launch.
-CALIBRATION = {"lat_scale": 2.5, "round_cycles": 400, "inst_cycles": 64, "lsu_cycles": 2, "p": 4.0, "launch_s": 0.0,
+# Fitted on the 40 rows (python benchmarks/gpu_model.py --calibrate, 2026-11-25: calibration 5): latency scale,
+# cycles per round, per warp memory instruction and per L1 line, p of the p-norm, GPU seconds per launch, host
+# seconds before the first launch (0: the 40 large rows cannot tell it from SUBMIT_S; docs/cuda.md).
+CALIBRATION = {"lat_scale": 2.0, "round_cycles": 400, "inst_cycles": 64, "lsu_cycles": 2, "p": 4.0, "launch_s": 2e-6,
                "host_s": 0.0}
 
 # The error the model states for a full-size row (|predicted / measured - 1|), from the leave-one-out
