@@ -81,13 +81,14 @@ def test_bank_conflicts_of_synthetic_warps(tracer):
     assert bank_count(tracer, 8, 8) == {"wavefronts": 2, "ideal": 2}
 
 
-def test_flat_block_kernel_is_free_of_bank_conflicts(tracer, tmp_path):
-    # one long segment (every thread walks rows 16 apart) and short ones (rows and ends interleaved): the padded
-    # layout of ReduceFlatBlock keeps its shared-memory wavefronts near the conflict-free count
-    for lengths in ([300000], [1, 7, 3, 12, 5, 9] * 4000):
+def test_flat_block_kernel_bank_conflicts(tracer, tmp_path):
+    # ReduceFlatBlock's padded layout: threads walking rows 16 apart (one long segment) or segment ends 16
+    # apart (empty segments) hit distinct banks (unpadded: 7.1x and 8.6x the conflict-free wavefronts);
+    # irregular short segments put the lanes at data-dependent places (1.84x; unpadded 2.18x)
+    for lengths, bound in (([300000], 1.1), ([0] * 200000 + [64], 1.1), ([1, 7, 3, 12, 5, 9] * 4000, 2.0)):
         flat = [l for l in run_trace(tracer, tmp_path, "sum", "float32", 1, lengths) if "ReduceFlatBlock" in l["kernel"]]
         assert flat and flat[0]["shared_inst"] > 0
-        assert flat[0]["shared_wavefronts"] <= 1.35 * flat[0]["shared_ideal"], flat[0]
+        assert flat[0]["shared_wavefronts"] <= bound * flat[0]["shared_ideal"], (lengths[:3], flat[0])
 
 
 def test_whole_waves_and_launch_chain():
