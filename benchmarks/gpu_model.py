@@ -88,10 +88,10 @@ LSU_LINES_PER_CLK = 1.0
 SMEM_WAVEFRONTS_PER_CLK = 1.0
 # Launches: kernels of one stream run one after the other, each after the previous one ends. A launch costs
 # launch_s on the GPU (the grid's drain and the next grid's start; fitted) and cannot start before the host has
-# submitted it: the host submits one launch every SUBMIT_S (cudaLaunchKernel's host cost, "on the order of
-# microseconds" per the CUDA programming guide's CUDA Graphs section and modal.com's GPU glossary; 2-5 us
-# measured for a direct driver launch, dogacel.github.io 2026-03, B200) after host_s of host work before the
-# first one (torch dispatch, plan, workspace; fitted). The measured rows time start event .. end event around
+# submitted it: the host submits one launch every SUBMIT_S (cudaLaunchKernel's host cost: a per-launch overhead in
+# the CUDA Programming Guide's CUDA Graphs section, "on the order of microseconds" in modal.com's GPU glossary;
+# 2-5 us of dispatch measured around a 24 us kernel, dogacel.github.io 2026-03, B200) after host_s of host work
+# before the first one (torch dispatch, plan, workspace; fitted). The measured rows time start event .. end event around
 # one call (benchmarks/bench_cuda.py cuda_time), so that chain is in them.
 SUBMIT_S = 3e-6
 SCHEDULERS_PER_SM = 4  # warp schedulers per SM, one warp instruction issued per cycle each (Hopper SM)
@@ -296,6 +296,8 @@ def disassemble(cubin: str, nvcc: str) -> str | None:
     return cp.stdout if cp.returncode == 0 else None
 
 
+# an instruction line of cuobjdump -sass (/*0040*/, an optional predicate) that is a local or global load / store
+SASS_MEMORY_OP = r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?(LDL|STL|LDG|STG)((?:\.[A-Z0-9_]+)*)"
 SASS_WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
 
 
@@ -307,7 +309,7 @@ def parse_sass(text: str) -> dict:
     out = {}
     for name, body in zip(parts[1::2], parts[2::2]):
         c = {"local_inst": 0, "local_bytes": 0, "global_inst": 0}
-        for op, suffix in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?(LDL|STL|LDG|STG)((?:\.[A-Z0-9_]+)*)", body):
+        for op, suffix in re.findall(SASS_MEMORY_OP, body):
             if op in ("LDG", "STG"):
                 c["global_inst"] += 1
                 continue
@@ -322,7 +324,9 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
     sm_90 compile (needs nvcc), else the committed file with a warning. A materialised root (--calibrate):
     the file committed with its kernels."""
     if root != REPO:
-        path = CALIBRATION_RESOURCES if os.path.exists(CALIBRATION_RESOURCES) else os.path.join(root, os.path.relpath(RESOURCES, REPO))
+        path = CALIBRATION_RESOURCES
+        if not os.path.exists(path):
+            path = os.path.join(root, os.path.relpath(RESOURCES, REPO))
         with open(path) as fh:
             return json.load(fh)["kernels"]
     want = source_hash(SOURCES[:4])
@@ -454,7 +458,8 @@ def launch_time(lt: dict, cal: dict) -> dict:
     """Time of one launch on the GPU: p-norm of the five terms (term_times), without the launch costs (chain)."""
     terms = term_times(lt, cal)
     out = dict(lt)
-    out.update(t=float(pnorm(terms, cal["p"])), t_no_conflicts=float(pnorm(term_times(lt, cal, "t_smem_ideal"), cal["p"])),
+    no_conflicts = term_times(lt, cal, "t_smem_ideal")
+    out.update(t=float(pnorm(terms, cal["p"])), t_no_conflicts=float(pnorm(no_conflicts, cal["p"])),
                **{"t_" + k: float(v) for k, v in terms.items()})
     return out
 

@@ -86,7 +86,8 @@ def test_flat_block_kernel_bank_conflicts(tracer, tmp_path):
     # apart (empty segments) hit distinct banks (unpadded: 7.1x and 8.6x the conflict-free wavefronts);
     # irregular short segments put the lanes at data-dependent places (1.84x; unpadded 2.18x)
     for lengths, bound in (([300000], 1.1), ([0] * 200000 + [64], 1.1), ([1, 7, 3, 12, 5, 9] * 4000, 2.0)):
-        flat = [l for l in run_trace(tracer, tmp_path, "sum", "float32", 1, lengths) if "ReduceFlatBlock" in l["kernel"]]
+        launches = run_trace(tracer, tmp_path, "sum", "float32", 1, lengths)
+        flat = [l for l in launches if "ReduceFlatBlock" in l["kernel"]]
         assert flat and flat[0]["shared_inst"] > 0
         assert flat[0]["shared_wavefronts"] <= bound * flat[0]["shared_ideal"], (lengths[:3], flat[0])
 

@@ -435,7 +435,8 @@ static void print_stats(const LaunchStats& st) {
       st.name.c_str(), (long long)st.threads, (long long)st.warps, (long long)st.sampled, st.ld_useful, st.ld_sector,
       st.st_useful, st.st_sector, st.ld_inst, st.st_inst, st.ld_lines, st.st_lines, st.simt_inst, st.simt_rounds,
       st.lane_acc, caps.c_str(), triples(st.rounds).c_str(),
-      triples(st.max_chain).c_str(), miss.c_str(), st.n_rounds, st.round_bytes, st.read.size(), st.written.size(), st.sh_inst, st.sh_wavefronts, st.sh_ideal);
+      triples(st.max_chain).c_str(), miss.c_str(), st.n_rounds, st.round_bytes, st.read.size(), st.written.size(),
+      st.sh_inst, st.sh_wavefronts, st.sh_ideal);
   std::fflush(stdout);
 }
 
