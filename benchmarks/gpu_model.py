@@ -21,23 +21,33 @@ sizes, 2^26 elements):
      that fits in L2: L2);
    - divergence: warp memory instructions and rounds as a SIMT warp runs them (lanes aligned per
      "epoch", an iteration that starts with offset loads; a lane with less work in an epoch idles);
-   - the distinct sectors read and written (DRAM traffic).
-2. Occupancy from the real compiled kernel: `nvcc -cubin -arch=sm_90 -Xptxas -v` of segment_cuda.cu
-   (registers per thread, shared memory per block) -> resident warps per SM.
-3. Time per launch: p-norm of five terms, plus a fixed cost per launch:
+   - the distinct sectors read and written (DRAM traffic);
+   - shared memory of block kernels (ReduceFlatBlock): per warp instruction (the k-th access of a site by
+     each lane after the same number of loop steps), the bank wavefronts it takes (32 banks of 4 bytes:
+     d distinct words in one bank cost d; one word read by many lanes is a broadcast) and the ones it would
+     take without conflicts.
+2. Resources of the real compiled kernels: `nvcc -cubin -arch=sm_90 -Xptxas -v` of segment_cuda.cu (registers
+   per thread, shared memory per block -> resident warps per SM; stack frame and spill bytes per thread) and
+   `cuobjdump -sass` of it (static counts of local-memory LDL / STL and global LDG / STG instructions).
+3. Time per launch: p-norm of five terms:
    - DRAM = DRAM bytes / COPY_BW;
-   - latency (Little's law) = waves of resident warps x SIMT rounds per warp x (lat_scale x mean load
-     latency of its rounds + round_cycles), at least the longest sampled warp's chain at unloaded
-     latency;
-   - L1 wavefronts = lsu_cycles x distinct 128-byte lines of all warp instructions / (SMS x CLOCK);
+   - latency (Little's law) = whole waves of resident blocks (a partial last wave costs a whole one) x SIMT
+     rounds per warp x (lat_scale x mean load latency of its rounds + round_cycles), at least the longest
+     sampled warp's chain;
+   - L1 data path = (lsu_cycles x the 128-byte lines of all global and local warp instructions + the
+     shared-memory wavefronts) / (SMS x CLOCK); local memory: the kernel's static LDL / STL per LDG / STG
+     times its traced warp memory instructions, 32 x (bytes per lane) / 128 lines each;
    - L2 = (L1 misses + stores) x 32 B / L2_BW;
    - issue = warp memory instructions (SIMT) x inst_cycles / (SMS x 4 schedulers x CLOCK).
+4. Time of a call: its launches in order (chain): host_s of host work, the host submits one launch every
+   SUBMIT_S, a launch starts when the previous one has ended plus launch_s and it has been submitted.
    `--calibrate` traces the kernels measured on the H100 (commit 6bf4532 = the measured 0533d0f plus
-   trace hooks, materialised from git under the cache with this tree's tracer), fits lat_scale,
-   round_cycles, inst_cycles, lsu_cycles, p and the launch cost (grid search, squared log error) on the 40
-   full-size rows of benchmarks/results/cuda-h100-2026-11-23.md and reports the leave-one-out errors
-   (each row predicted by the fit on the other 39). The constants are below (CALIBRATION); docs/cuda.md
-   gives the fit.
+   trace hooks, materialised from git under the cache with this tree's tracer; their resources from
+   benchmarks/results/gpu-model-resources-sm90-6bf4532.json), fits lat_scale, round_cycles, inst_cycles,
+   lsu_cycles, p, launch_s and host_s (grid search, squared log error) on the 40 full-size rows of
+   benchmarks/results/cuda-h100-2026-11-23.md and reports the leave-one-out errors (each row predicted by
+   the fit on the other 39). The constants are below (CALIBRATION); docs/cuda.md gives the fit. The column
+   "bank conflicts" is the predicted time over the time with conflict-free shared-memory accesses, less 1.
 
 Traces are cached under $GPU_MODEL_CACHE (default ~/.cache/torch_segops_gpu_model), keyed by the kernel
 sources; the first full run takes a few minutes on 2 cores.
@@ -72,15 +82,29 @@ LAT_L1, LAT_L2, LAT_DRAM = 30.0, 200.0, 600.0
 # L1 wavefronts: a warp load or store touching k distinct 128-byte lines takes k L1 tag / data cycles
 # (Nsight Compute "wavefronts" of l1tex; one per cycle per SM, 128 B/clk of L1 load bandwidth per SM)
 LSU_LINES_PER_CLK = 1.0
+# Shared memory: 32 banks of 4 bytes, one wavefront (32 distinct banks, or one word broadcast) per cycle per SM
+# (CUDA C++ Programming Guide, "Shared Memory" of compute capability 5.x and later); a warp instruction whose
+# lanes touch d distinct words of one bank takes d wavefronts. The tracer counts them.
+SMEM_WAVEFRONTS_PER_CLK = 1.0
+# Launches: kernels of one stream run one after the other, each after the previous one ends. A launch costs
+# launch_s on the GPU (the grid's drain and the next grid's start; fitted) and cannot start before the host has
+# submitted it: the host submits one launch every SUBMIT_S (cudaLaunchKernel's host cost: a per-launch overhead in
+# the CUDA Programming Guide's CUDA Graphs section, "on the order of microseconds" in modal.com's GPU glossary;
+# 2-5 us of dispatch measured around a 24 us kernel, dogacel.github.io 2026-03, B200) after host_s of host work
+# before the first one (torch dispatch, plan, workspace; fitted). The measured rows time start event .. end event around
+# one call (benchmarks/bench_cuda.py cuda_time), so that chain is in them.
+SUBMIT_S = 3e-6
 SCHEDULERS_PER_SM = 4  # warp schedulers per SM, one warp instruction issued per cycle each (Hopper SM)
 L1_DATA_BYTES = 224 * 1024  # L1 left to data when a kernel uses no shared memory (256 KB L1 + shared per SM)
 L2_BW = 5.5e12  # B/s, L2 -> SM bandwidth (chipsandcheese.com measured ~5.5 TB/s on H100 PCIe)
 REGS_PER_SM, MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM, SMEM_PER_SM = 65536, 64, 32, 228 * 1024
 THREADS_PER_BLOCK = 256  # segment_cuda.cu kThreads
 
-# Fitted on the 40 rows (python benchmarks/gpu_model.py --fit): latency scale, p of the p-norm, seconds
-# per launch.
-CALIBRATION = {"lat_scale": 2.5, "round_cycles": 400, "inst_cycles": 64, "lsu_cycles": 2, "p": 4.0, "launch_s": 0.0}
+# Fitted on the 40 rows (python benchmarks/gpu_model.py --calibrate, 2026-11-25: calibration 5): latency scale,
+# cycles per round, per warp memory instruction and per L1 line, p of the p-norm, GPU seconds per launch, host
+# seconds before the first launch (0: the 40 large rows cannot tell it from SUBMIT_S; docs/cuda.md).
+CALIBRATION = {"lat_scale": 2.0, "round_cycles": 400, "inst_cycles": 64, "lsu_cycles": 2, "p": 4.0, "launch_s": 2e-6,
+               "host_s": 0.0}
 
 # The error the model states for a full-size row (|predicted / measured - 1|), from the leave-one-out
 # calibration (docs/cuda.md); pairs of rows further apart than this must be ordered right.
@@ -88,6 +112,9 @@ STATED_ERROR = 0.40
 
 MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
 RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
+# The calibration kernels' resources with their stack, spills and SASS local-memory counts (nvcc 13.0 -Xptxas -v
+# and cuobjdump -sass of commit 6bf4532's segment_cuda.cu; registers as in the file committed with it)
+CALIBRATION_RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90-6bf4532.json")
 SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
            "src/csrc/reducers.h", "tests/cuda_emulation/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
@@ -197,7 +224,8 @@ def _norm(name: str) -> str:
 
 
 def compile_resources(nvcc: str) -> dict:
-    """{normalised functor type: {"regs": n, "smem": bytes}} from ptxas -v of an sm_90 cubin."""
+    """{normalised functor type: {"regs": n, "smem": bytes, "stack": bytes, "spill_st": bytes, "spill_ld": bytes}}
+    from ptxas -v of an sm_90 cubin (stack frame and spill bytes per thread: local memory)."""
     out = os.path.join(cache_dir(), "segment_cuda.cubin")
     cmd = [nvcc, "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DUSE_CUDA",
            "-DTORCH_SEGOPS_WITH_CUDA", "-DTORCH_TARGET_VERSION=0x020a000000000000",
@@ -206,22 +234,16 @@ def compile_resources(nvcc: str) -> dict:
     cp = subprocess.run(cmd, capture_output=True, text=True)
     if cp.returncode != 0:
         raise RuntimeError(cp.stderr[-4000:])
-    res, cur = {}, None
-    names = []
-    for line in cp.stderr.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)'", line)
-        if m:
-            cur = m.group(1)
-            names.append(cur)
-            res[cur] = {"regs": 0, "smem": 0}
-            continue
-        if cur:
-            m = re.search(r"Used (\d+) registers", line)
-            if m:
-                res[cur]["regs"] = int(m.group(1))
-            m = re.search(r"(\d+) bytes smem", line)
-            if m:
-                res[cur]["smem"] = int(m.group(1))
+    return resource_table(cp.stderr, disassemble(out, nvcc))
+
+
+def resource_table(ptxas_log: str, sass: str | None) -> dict:
+    """compile_resources' table from the ptxas -v output and the SASS (None: no local instruction counts)."""
+    res = parse_ptxas(ptxas_log)
+    for mangled, counts in (parse_sass(sass) if sass else {}).items():
+        if mangled in res:
+            res[mangled].update(counts)
+    names = list(res)
     filt = shutil.which("c++filt")
     dem = subprocess.run([filt], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
     table = {}
@@ -232,12 +254,80 @@ def compile_resources(nvcc: str) -> dict:
     return table
 
 
+def parse_ptxas(log: str) -> dict:
+    """{mangled entry: {"regs", "smem", "stack", "spill_st", "spill_ld"}} from `ptxas -v` output. The stack line
+    follows "Function properties for NAME" (device functions that are not entries have their own; skipped)."""
+    res, cur, props = {}, None, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            cur = m.group(1)
+            res[cur] = {"regs": 0, "smem": 0, "stack": 0, "spill_st": 0, "spill_ld": 0}
+            continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            props = m.group(1) if m.group(1) in res else None
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and props:
+            res[props].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+            continue
+        if cur:
+            m = re.search(r"Used (\d+) registers", line)
+            if m:
+                res[cur]["regs"] = int(m.group(1))
+            m = re.search(r"(\d+) bytes smem", line)
+            if m:
+                res[cur]["smem"] = int(m.group(1))
+    return res
+
+
+def disassemble(cubin: str, nvcc: str) -> str | None:
+    """cuobjdump -sass of the cubin ($CUOBJDUMP, next to nvcc, or on PATH; it needs nvdisasm), or None."""
+    cands = [os.environ.get("CUOBJDUMP"), os.path.join(os.path.dirname(nvcc), "cuobjdump"), shutil.which("cuobjdump")]
+    exe = next((c for c in cands if c and os.path.isfile(c)), None)
+    if exe is None:
+        print("warning: no cuobjdump: local-memory instructions not counted (the model uses the ptxas sizes only)",
+              file=sys.stderr)
+        return None
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(exe) + os.pathsep + env.get("PATH", "")
+    cp = subprocess.run([exe, "-sass", cubin], capture_output=True, text=True, env=env)
+    return cp.stdout if cp.returncode == 0 else None
+
+
+# an instruction line of cuobjdump -sass (/*0040*/, an optional predicate) that is a local or global load / store
+SASS_MEMORY_OP = r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?(LDL|STL|LDG|STG)((?:\.[A-Z0-9_]+)*)"
+SASS_WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
+
+
+def parse_sass(text: str) -> dict:
+    """{mangled kernel: {"local_inst", "local_bytes", "global_inst"}}: the static count of local-memory
+    instructions (LDL / STL) in each kernel's SASS, their bytes per lane summed, and the static count of
+    global ones (LDG / STG)."""
+    parts = re.split(r"\n\s*Function : (\S+)\n", text)
+    out = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        c = {"local_inst": 0, "local_bytes": 0, "global_inst": 0}
+        for op, suffix in re.findall(SASS_MEMORY_OP, body):
+            if op in ("LDG", "STG"):
+                c["global_inst"] += 1
+                continue
+            c["local_inst"] += 1
+            c["local_bytes"] += next((SASS_WIDTH[x] for x in suffix.split(".") if x in SASS_WIDTH), 4)
+        out[name] = c
+    return out
+
+
 def resources(refresh: bool = False, root: str = REPO) -> dict:
     """Kernel resources for the current sources: the committed file when its source hash matches, else a fresh
     sm_90 compile (needs nvcc), else the committed file with a warning. A materialised root (--calibrate):
     the file committed with its kernels."""
     if root != REPO:
-        with open(os.path.join(root, os.path.relpath(RESOURCES, REPO))) as fh:
+        path = CALIBRATION_RESOURCES
+        if not os.path.exists(path):
+            path = os.path.join(root, os.path.relpath(RESOURCES, REPO))
+        with open(path) as fh:
             return json.load(fh)["kernels"]
     want = source_hash(SOURCES[:4])
     saved = None
@@ -270,6 +360,7 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
 
 
 def resident_warps(regs: int, smem: int) -> int:
+    """Resident warps per SM of a kernel of 256-thread blocks (registers, shared memory, block limits)."""
     warps_per_block = THREADS_PER_BLOCK // 32
     regs_alloc = max(1, math.ceil(regs / 8) * 8) * 32 * warps_per_block  # per block, 8-register granules
     blocks = min(MAX_BLOCKS_PER_SM, REGS_PER_SM // regs_alloc, MAX_WARPS_PER_SM // warps_per_block)
@@ -283,6 +374,24 @@ def resident_warps(regs: int, smem: int) -> int:
 TERMS = ("dram", "lat", "lsu", "l2", "issue")
 
 
+def whole_waves(threads: int, warps_sm: int) -> int:
+    """Waves of resident blocks a launch takes: a partial last wave costs a whole one (its blocks run the same
+    chain of rounds as a full wave's, with fewer of them in flight)."""
+    blocks = max(1, math.ceil(threads / THREADS_PER_BLOCK))
+    return max(1, math.ceil(blocks / (SMS * max(1, warps_sm // (THREADS_PER_BLOCK // 32)))))
+
+
+def local_lines(l: dict, r: dict | None) -> float:
+    """L1 lines of local memory (stack frame and spills) per sampled warp set, from the kernel's SASS: its local
+    instructions per global one (static counts) times the warp's memory instructions (SIMT, traced); a local
+    access of w bytes per lane is 32 w / 128 lines (local memory interleaves the lanes' words). Without SASS
+    counts: 0."""
+    if not r or not r.get("local_inst") or not r.get("global_inst"):
+        return 0.0
+    per_inst_lines = r["local_bytes"] / r["local_inst"] * 32 / 128
+    return l["simt_inst"] * r["local_inst"] / r["global_inst"] * per_inst_lines
+
+
 def launch_terms(l: dict, res: dict) -> dict:
     """The calibration-free quantities of one launch: seconds of each throughput term and the cycle counts the
     fitted constants scale (see launch_time)."""
@@ -291,8 +400,10 @@ def launch_terms(l: dict, res: dict) -> dict:
     regs, smem = (r["regs"], r["smem"]) if r else (64, 0)
     warps_sm = resident_warps(regs, smem)
     dram = (l["read_sectors"] + l["written_sectors"]) * 32 * scale
-    # the warp's L1 share: the largest simulated capacity <= L1 / resident warps
-    share = max(1, L1_DATA_BYTES - smem * (L1_DATA_BYTES // SMEM_PER_SM)) / warps_sm
+    # the warp's L1 share: the largest simulated capacity <= (L1 less shared memory and the resident threads'
+    # local frames) / resident warps
+    local_sm = (r.get("stack", 0) + r.get("spill_st", 0) if r else 0) * 32 * warps_sm
+    share = max(1, L1_DATA_BYTES - smem * (L1_DATA_BYTES // SMEM_PER_SM) - local_sm) / warps_sm
     c = max([0] + [i for i, cap in enumerate(l["l1_caps"]) if cap <= share])
     rd, mx = l["rounds"][c], l["max_chain"][c]
     n_rd = max(1.0, sum(rd))
@@ -301,13 +412,20 @@ def launch_terms(l: dict, res: dict) -> dict:
     # latency of the lock-step rounds' classes
     simt_rounds = l["simt_rounds"] / sampled
     mean_lat = (LAT_L1 * rd[0] + LAT_L2 * rd[1] + LAT_DRAM * rd[2]) / n_rd
-    # waves of resident warps one after the other (Little's law); a launch with fewer warps than fit on the
-    # GPU takes at least one warp's chain
-    waves = max(1.0, l["warps"] / (SMS * warps_sm))
-    return dict(kernel=l["kernel"], regs=regs, warps_sm=warps_sm, dram=dram,
+    # whole waves of resident blocks one after the other (Little's law); a launch with fewer warps than fit on
+    # the GPU takes at least one warp's chain
+    waves = whole_waves(l["threads"], warps_sm)
+    sh_wf, sh_ideal = l.get("shared_wavefronts", 0.0), l.get("shared_ideal", 0.0)
+    return dict(kernel=l["kernel"], regs=regs, warps_sm=warps_sm, dram=dram, waves=waves,
+                stack=r.get("stack", 0) if r else 0, spill=(r.get("spill_st", 0) + r.get("spill_ld", 0)) if r else 0,
                 t_dram=dram / COPY_BW,
                 t_l2=(l["l1_miss"][c] + l["st_sector"] / 32) * 32 * scale / L2_BW,
                 t_lsu=(l["ld_lines"] + l["st_lines"]) * scale / (SMS * LSU_LINES_PER_CLK * CLOCK),
+                # local memory (stack, spills): L1 lines like the global ones
+                t_local=local_lines(l, r) * scale / (SMS * LSU_LINES_PER_CLK * CLOCK),
+                # shared memory: one wavefront per cycle per SM (32 banks x 4 B), through the same L1 data path
+                t_smem=sh_wf * scale / (SMS * SMEM_WAVEFRONTS_PER_CLK * CLOCK),
+                t_smem_ideal=sh_ideal * scale / (SMS * SMEM_WAVEFRONTS_PER_CLK * CLOCK),
                 # cycles: waves x per-warp chain (load latency part, round part); the longest sampled warp
                 lat_cyc=waves * simt_rounds * mean_lat, round_cnt=waves * simt_rounds,
                 max_lat_cyc=LAT_L1 * mx[0] + LAT_L2 * mx[1] + LAT_DRAM * mx[2], max_round_cnt=sum(mx),
@@ -318,26 +436,55 @@ def launch_terms(l: dict, res: dict) -> dict:
                 inflight_sm=warps_sm * (l["round_bytes"] / l["n_rounds"] if l["n_rounds"] else 0.0))
 
 
+def term_times(lt: dict, cal: dict, smem: str = "t_smem") -> dict:
+    """The five terms of one launch in seconds (cal's values may be numpy arrays: one column per calibration).
+    Latency: each round of loads costs lat_scale x its load latency (latency under load) plus round_cycles (the
+    instructions between two rounds), for the mean warp over the whole waves and for the longest sampled warp.
+    L1 data path (LSU): lsu_cycles per 128-byte line of global and local memory a warp instruction touches, plus
+    one cycle per shared-memory wavefront (`smem`: "t_smem_ideal" gives the time without bank conflicts).
+    Issue: inst_cycles issue cycles per warp memory instruction (the arithmetic around it), 4 schedulers per SM."""
+    import numpy as np
+    t_lat = np.maximum(cal["lat_scale"] * lt["lat_cyc"] + cal["round_cycles"] * lt["round_cnt"],
+                       cal["lat_scale"] * lt["max_lat_cyc"] + cal["round_cycles"] * lt["max_round_cnt"]) / CLOCK
+    return dict(dram=lt["t_dram"], lat=t_lat, lsu=cal["lsu_cycles"] * (lt["t_lsu"] + lt["t_local"]) + lt[smem],
+                l2=lt["t_l2"], issue=cal["inst_cycles"] * lt["issue_cnt"] / CLOCK)
+
+
+def pnorm(terms: dict, p):
+    return sum(v ** p for v in terms.values()) ** (1 / p)
+
+
 def launch_time(lt: dict, cal: dict) -> dict:
-    """Time of one launch: p-norm of the DRAM, latency, L1 wavefront (LSU), L2 and issue terms, plus a fixed
-    cost per launch. Latency: each round of loads costs lat_scale x its load latency (latency under load)
-    plus round_cycles (the instructions between two rounds), for the mean warp over the waves and for the
-    longest sampled warp. L1 wavefronts: lsu_cycles per 128-byte line a warp instruction touches. Issue:
-    inst_cycles issue cycles per warp memory instruction (the arithmetic around it), 4 schedulers per SM."""
-    t_lat = max(cal["lat_scale"] * lt["lat_cyc"] + cal["round_cycles"] * lt["round_cnt"],
-                cal["lat_scale"] * lt["max_lat_cyc"] + cal["round_cycles"] * lt["max_round_cnt"]) / CLOCK
-    t_issue = cal["inst_cycles"] * lt["issue_cnt"] / CLOCK
-    terms = dict(dram=lt["t_dram"], lat=t_lat, lsu=cal["lsu_cycles"] * lt["t_lsu"], l2=lt["t_l2"], issue=t_issue)
-    p = cal["p"]
-    t = sum(v ** p for v in terms.values()) ** (1 / p) + cal["launch_s"]
+    """Time of one launch on the GPU: p-norm of the five terms (term_times), without the launch costs (chain)."""
+    terms = term_times(lt, cal)
     out = dict(lt)
-    out.update(t=t, **{"t_" + k: v for k, v in terms.items()})
+    no_conflicts = term_times(lt, cal, "t_smem_ideal")
+    out.update(t=float(pnorm(terms, cal["p"])), t_no_conflicts=float(pnorm(no_conflicts, cal["p"])),
+               **{"t_" + k: float(v) for k, v in terms.items()})
     return out
 
 
+def chain(times: list, cal: dict):
+    """A call's time from its launches' GPU times, in order: host_s of host work, then the host submits a
+    launch every SUBMIT_S; launch k starts when the GPU has finished launch k-1 plus launch_s and the host
+    has submitted it (works on numpy columns too)."""
+    import numpy as np
+    gpu, host = 0.0, cal["host_s"]
+    for t in times:
+        host = host + SUBMIT_S
+        gpu = np.maximum(gpu + cal["launch_s"], host) + t
+    return gpu
+
+
 def predict(launches: list[dict], res: dict, cal: dict) -> tuple[float, list[dict]]:
+    """The call's time (the launch chain) and each launch's details."""
     parts = [launch_time(launch_terms(l, res), cal) for l in launches]
-    return sum(p["t"] for p in parts), parts
+    return float(chain([p["t"] for p in parts], cal)), parts
+
+
+def conflict_cost(parts: list[dict], cal: dict) -> float:
+    """The call's predicted time over its time without shared-memory bank conflicts, less 1."""
+    return chain([p["t"] for p in parts], cal) / chain([p["t_no_conflicts"] for p in parts], cal) - 1
 
 
 def case_bytes(op: str, dtype: str, dist: str, feat: int, elems: int = ELEMS) -> int:
@@ -422,7 +569,7 @@ def discordant_pairs(pred: list[float], meas: list[float], tol: float = 0.0) -> 
 
 FIT_GRID = {"lat_scale": [1.0, 1.5, 2.0, 2.5, 3.0, 4.0], "round_cycles": [0, 100, 200, 400, 600, 800],
             "inst_cycles": [0, 16, 32, 64, 128], "lsu_cycles": [1, 2, 4, 8], "p": [1.5, 2.0, 3.0, 4.0, 8.0],
-            "launch_s": [0.0, 2e-6, 4e-6]}
+            "launch_s": [0.0, 1e-6, 2e-6, 4e-6], "host_s": [0.0, 5e-6, 10e-6, 20e-6]}
 
 
 def grid_predictions(traces: list[list[dict]], res: dict, grid: dict = FIT_GRID):
@@ -433,13 +580,8 @@ def grid_predictions(traces: list[list[dict]], res: dict, grid: dict = FIT_GRID)
     col = {k: np.array([c[k] for c in cals], dtype=float) for k in grid}
     times = np.zeros((len(traces), len(cals)))
     for i, tr in enumerate(traces):
-        for l in tr:
-            lt = launch_terms(l, res)
-            lat = np.maximum(col["lat_scale"] * lt["lat_cyc"] + col["round_cycles"] * lt["round_cnt"],
-                             col["lat_scale"] * lt["max_lat_cyc"] + col["round_cycles"] * lt["max_round_cnt"]) / CLOCK
-            terms = [np.full(len(cals), lt["t_dram"]), lat, col["lsu_cycles"] * lt["t_lsu"],
-                     np.full(len(cals), lt["t_l2"]), col["inst_cycles"] * lt["issue_cnt"] / CLOCK]
-            times[i] += sum(t ** col["p"] for t in terms) ** (1 / col["p"]) + col["launch_s"]
+        launch_cols = [pnorm(term_times(launch_terms(l, res), col), col["p"]) for l in tr]
+        times[i] = chain(launch_cols, col)
     return cals, times
 
 
@@ -529,7 +671,8 @@ def main(argv=None) -> int:
         print(f"fitted calibration: {cal}")
 
     head = ["dist", "F", "dtype", "op", "predicted", "% of copy (pred.)", "measured", "% of copy (meas.)", "error",
-            "vs torch.segment_reduce (pred.)", "ld sector eff.", "bytes in flight / SM", "bound by"]
+            "vs torch.segment_reduce (pred.)", "ld sector eff.", "bytes in flight / SM", "bound by",
+            "launches", "bank conflicts (pred. cost)"]
     if loo:
         head.insert(9, "error (leave-one-out)")
     lines = []
@@ -547,7 +690,8 @@ def main(argv=None) -> int:
                fmt_t(m["t"]) if m else "-", f"{m['pct']:.0f}%" if m else "-",
                f"{100 * (t / m['t'] - 1):+.0f}%" if m else "-",
                f"{srt / t:.2f}x" if srt else "-", f"{100 * eff:.0f}%",
-               f"{main_k['inflight_sm'] / 1024:.1f} KiB", {"lat": "latency", "lsu": "L1 wavefronts"}.get(bound, bound)]
+               f"{main_k['inflight_sm'] / 1024:.1f} KiB", {"lat": "latency", "lsu": "L1 wavefronts"}.get(bound, bound),
+               str(len(parts)), f"{100 * conflict_cost(parts, cal):.1f}%"]
         if loo:
             row.insert(9, f"{100 * (loo[len(preds)] / m['t'] - 1):+.0f}%" if m else "-")
         lines.append(row)
@@ -558,7 +702,9 @@ def main(argv=None) -> int:
             for p in parts:
                 print(f"    {short_kernel(p['kernel'])}: {fmt_t(p['t'])} (" +
                       ", ".join(f"{k} {fmt_t(p['t_' + k])}" for k in TERMS) +
-                      f"), regs {p['regs']}, {p['warps_sm']} warps/SM, "
+                      f"; shared {fmt_t(p['t_smem'])}, without bank conflicts {fmt_t(p['t_smem_ideal'])}, "
+                      f"local {fmt_t(p['t_local'])}), regs {p['regs']}, stack {p['stack']} B, spills {p['spill']} B, "
+                      f"{p['warps_sm']} warps/SM, {p['waves']} waves, "
                       f"ld eff {100 * (p['ld_eff'] or 0):.0f}%, st eff {100 * (p['st_eff'] or 0):.0f}%, "
                       f"in flight {p['inflight_sm'] / 1024:.1f} KiB/SM")
     widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)]

@@ -62,3 +62,69 @@ def test_fit_and_leave_one_out():
     assert gpu_model.leave_one_out(times, meas) == [2.0, 4.0, 6.0]
     assert gpu_model.discordant_pairs([1, 2, 3], [1, 3, 2]) == (1, 3)
     assert gpu_model.discordant_pairs([1, 2, 3], [1, 3, 2.9], 0.1) == (0, 2)
+
+
+def bank_count(exe, stride, nbytes):
+    cp = subprocess.run([exe, "banks", str(stride), str(nbytes)], capture_output=True, text=True, check=True)
+    return json.loads(cp.stdout)
+
+
+def test_bank_conflicts_of_synthetic_warps(tracer):
+    # 32 banks of 4 bytes: consecutive words are conflict-free, a broadcast is one wavefront, 16 words apart is
+    # 16 lanes per bank (16 wavefronts), 33 words apart (the padded layout) is conflict-free again
+    assert bank_count(tracer, 4, 4) == {"wavefronts": 1, "ideal": 1}
+    assert bank_count(tracer, 0, 4) == {"wavefronts": 1, "ideal": 1}
+    assert bank_count(tracer, 64, 4) == {"wavefronts": 16, "ideal": 1}
+    assert bank_count(tracer, 16, 4) == {"wavefronts": 4, "ideal": 1}
+    assert bank_count(tracer, 132, 4) == {"wavefronts": 1, "ideal": 1}
+    # 8-byte accesses: half a warp at a time, two wavefronts at best
+    assert bank_count(tracer, 8, 8) == {"wavefronts": 2, "ideal": 2}
+
+
+def test_flat_block_kernel_bank_conflicts(tracer, tmp_path):
+    # ReduceFlatBlock's padded layout: threads walking rows 16 apart (one long segment) or segment ends 16
+    # apart (empty segments) hit distinct banks (unpadded: 7.1x and 8.6x the conflict-free wavefronts);
+    # irregular short segments put the lanes at data-dependent places (1.84x; unpadded 2.18x)
+    for lengths, bound in (([300000], 1.1), ([0] * 200000 + [64], 1.1), ([1, 7, 3, 12, 5, 9] * 4000, 2.0)):
+        launches = run_trace(tracer, tmp_path, "sum", "float32", 1, lengths)
+        flat = [l for l in launches if "ReduceFlatBlock" in l["kernel"]]
+        assert flat and flat[0]["shared_inst"] > 0
+        assert flat[0]["shared_wavefronts"] <= bound * flat[0]["shared_ideal"], (lengths[:3], flat[0])
+
+
+def test_whole_waves_and_launch_chain():
+    # 528 blocks at 3 per SM on 132 SMs: 1.33 waves take 2
+    assert gpu_model.whole_waves(528 * 256, 3 * 8) == 2
+    assert gpu_model.whole_waves(396 * 256, 3 * 8) == 1
+    assert gpu_model.whole_waves(1, 64) == 1
+    cal = dict(gpu_model.CALIBRATION, launch_s=1e-6, host_s=10e-6)
+    sub = gpu_model.SUBMIT_S
+    # a long launch: host work and one submission, then the GPU times and launch costs add up
+    assert gpu_model.chain([100e-6], cal) == pytest.approx(10e-6 + sub + 100e-6)
+    assert gpu_model.chain([100e-6, 50e-6], cal) == pytest.approx(10e-6 + sub + 100e-6 + 1e-6 + 50e-6)
+    # tiny launches wait for the host's submissions
+    assert gpu_model.chain([0.1e-6] * 4, cal) == pytest.approx(10e-6 + 4 * sub + 0.1e-6)
+
+
+def test_ptxas_and_sass_parsers():
+    log = """ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'
+ptxas info    : Function properties for _Z1kv
+    72 bytes stack frame, 8 bytes spill stores, 16 bytes spill loads
+ptxas info    : Used 92 registers, used 1 barriers, 33796 bytes smem
+ptxas info    : Function properties for _Z6helperv
+    24 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""
+    assert gpu_model.parse_ptxas(log) == {"_Z1kv": {"regs": 92, "smem": 33796, "stack": 72, "spill_st": 8,
+                                                    "spill_ld": 16}}
+    sass = """
+        Function : _Z1kv
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/               @P0 STL.64 [R1+0x8], R6 ;
+        /*0030*/                   LDL R9, [R1+0x10] ;
+        /*0040*/                   STG.E [R2.64], R9 ;
+"""
+    assert gpu_model.parse_sass(sass) == {"_Z1kv": {"local_inst": 2, "local_bytes": 12, "global_inst": 2}}
+    launch = {"simt_inst": 100.0}
+    r = {"local_inst": 2, "local_bytes": 12, "global_inst": 2}
+    assert gpu_model.local_lines(launch, r) == pytest.approx(100.0 * 6 * 32 / 128)
+    assert gpu_model.local_lines(launch, {"regs": 32}) == 0.0

@@ -96,6 +96,8 @@ static std::vector<WrittenShadow> g_shadows;  // the workspaces alive (HostExec)
 static long g_uninit_reads = 0;
 
 void segops_trace_use() {}
+void segops_trace_shared(const void*, int, bool, int) {}  // shared memory: the tracer's (bank conflicts)
+void segops_trace_step() {}
 
 void segops_trace_access(const void* p, int bytes, int kind, int site) {
   const char* c = static_cast<const char*>(p);

@@ -16,17 +16,23 @@
 //     slowest sector it needs: L1 (touched by this warp in an earlier round), L2 (touched by another
 //     sampled warp of this launch, or written by an earlier launch whose writes fit in L2), DRAM
 //     (otherwise);
-//   - distinct sectors read and written by the sampled warps (the DRAM traffic estimate).
+//   - distinct sectors read and written by the sampled warps (the DRAM traffic estimate);
+//   - shared memory (block kernels, SEGOPS_SH_LOAD / SEGOPS_TRACE_SH_STORE): per warp instruction (the
+//     k-th access of a site by each lane after the same number of SEGOPS_TRACE_STEP marks) the bank
+//     wavefronts it takes (shared_wavefronts) and the ones it would take without bank conflicts.
 // Block kernels (launch_blocks) run a block's threads phase by phase (fibers, block_emulation.h); a warp
 // is 32 consecutive threads of a block, its lanes' accesses recorded in program order.
 //
 //   trace_kernels OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]
+//   trace_kernels banks STRIDE BYTES   (the bank count of one warp instruction, lane l at byte l * STRIDE)
 //   OP: sum mean max logsumexp softmax gather; DTYPE: float32 bfloat16; INDPTR_FILE: S + 1 int64 offsets
 //   (gather: N is the output size and src has S rows).
 #include <cxxabi.h>
 
 #include <algorithm>
 #include <list>
+#include <map>
+#include <tuple>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +59,23 @@ struct Access {
 
 static std::vector<Access>* g_lane = nullptr;  // the lane being recorded, or nullptr
 
+// A shared-memory access of a block kernel's lane: step = SEGOPS_TRACE_STEP marks the lane passed before it.
+struct SharedAccess {
+  uint64_t addr;
+  int bytes;
+  uint32_t site;  // line << 1 | store
+  uint32_t step;
+};
+struct SharedLane {
+  std::vector<SharedAccess> acc;
+  uint32_t step = 0;
+  void clear() {
+    acc.clear();
+    step = 0;
+  }
+};
+static SharedLane* g_shared_lane = nullptr;  // the lane being recorded (block kernels), or nullptr
+
 // Sectors written by earlier launches of this op (every thread, not only sampled ones) whose writes fit in
 // half the H100's 50 MB L2: a later launch finds them in L2, not DRAM (carries, partial states, the
 // logsumexp a softmax reads back). g_launch_written collects the current launch's; past the cap it is
@@ -74,6 +97,42 @@ void segops_trace_access(const void* p, int bytes, int kind, int site) {
 }
 void segops_trace_use() {
   if (g_lane != nullptr) g_lane->push_back({0, 0, 3, 0});
+}
+void segops_trace_shared(const void* p, int bytes, bool store, int site) {
+  if (g_shared_lane == nullptr) return;
+  const uint32_t key = static_cast<uint32_t>(site) << 1 | (store ? 1u : 0u);
+  g_shared_lane->acc.push_back({reinterpret_cast<uint64_t>(p), bytes, key, g_shared_lane->step});
+}
+void segops_trace_step() {
+  if (g_shared_lane != nullptr) ++g_shared_lane->step;
+}
+
+// Shared memory: 32 banks of 4-byte words. A warp instruction whose lanes touch d distinct words in one bank
+// takes d wavefronts (the same word is one broadcast). Accesses wider than 4 bytes are served a part of
+// the warp at a time (8 bytes: 16 lanes, 16 bytes: 8 lanes), each part its own wavefronts.
+constexpr int kBanks = 32;
+struct BankCount {
+  double wavefronts = 0, ideal = 0;  // taken; without conflicts (the distinct words / 32 of each part)
+};
+static BankCount bank_wavefronts(const std::vector<std::pair<int, SharedAccess>>& lanes) {
+  int widest = 4;
+  for (const auto& la : lanes) widest = std::max(widest, la.second.bytes);
+  const int per_part = widest > 8 ? 8 : (widest > 4 ? 16 : 32);
+  BankCount out;
+  for (int part = 0; part * per_part < 32; ++part) {
+    std::unordered_set<uint64_t> words;
+    for (const auto& la : lanes) {
+      if (la.first / per_part != part) continue;
+      const SharedAccess& a = la.second;
+      for (uint64_t w = a.addr / 4; w <= (a.addr + a.bytes - 1) / 4; ++w) words.insert(w);
+    }
+    if (words.empty()) continue;
+    int per_bank[kBanks] = {};
+    for (uint64_t w : words) ++per_bank[w % kBanks];
+    out.wavefronts += *std::max_element(per_bank, per_bank + kBanks);
+    out.ideal += static_cast<double>((words.size() + kBanks - 1) / kBanks);
+  }
+  return out;
 }
 
 static void sectors_of(const Access& a, std::vector<uint64_t>& out) {
@@ -125,16 +184,37 @@ struct LaunchStats {
   double max_chain_cost[kCaps] = {};
   double round_bytes = 0;           // useful bytes loaded in those rounds (all lanes)
   double n_rounds = 0;              // warp rounds (any class)
+  double sh_inst = 0, sh_wavefronts = 0, sh_ideal = 0;  // shared-memory warp instructions and their wavefronts
   std::unordered_set<uint64_t> seen;  // sectors touched by sampled warps (loads and stores)
   std::unordered_set<uint64_t> read, written;
 };
 
 struct Warp {
   std::vector<Access> lanes[32];
+  SharedLane shared[32];
   void clear() {
     for (auto& l : lanes) l.clear();
+    for (auto& l : shared) l.clear();
   }
 };
+
+// The warp's shared-memory instructions: lanes' accesses grouped by (site, step, k-th in the step).
+static void shared_counts(const Warp& w, LaunchStats& st) {
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, std::vector<std::pair<int, SharedAccess>>> inst;
+  for (int l = 0; l < 32; ++l) {
+    std::map<std::pair<uint32_t, uint32_t>, uint32_t> occ;  // per (site, step)
+    for (const SharedAccess& a : w.shared[l].acc) {
+      const uint32_t k = occ[{a.site, a.step}]++;
+      inst[std::make_tuple(a.site, a.step, k)].push_back({l, a});
+    }
+  }
+  for (const auto& kv : inst) {
+    const BankCount bc = bank_wavefronts(kv.second);
+    st.sh_inst += 1;
+    st.sh_wavefronts += bc.wavefronts;
+    st.sh_ideal += bc.ideal;
+  }
+}
 
 // One lane's rounds: the sectors of each group of loads in flight together, and their useful bytes.
 struct Round {
@@ -210,6 +290,7 @@ static void simt_counts(const Warp& w, LaunchStats& st) {
 
 static void analyse_warp(const Warp& w, LaunchStats& st) {
   simt_counts(w, st);
+  shared_counts(w, st);
   // instructions
   // key -> the (address, bytes) of its lanes; lanes reading the same address share the bytes (broadcast)
   std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, int>>> inst;
@@ -349,11 +430,13 @@ static void print_stats(const LaunchStats& st) {
       "\"ld_sector\": %.0f, \"st_useful\": %.0f, \"st_sector\": %.0f, \"ld_inst\": %.0f, \"st_inst\": %.0f, "
       "\"ld_lines\": %.0f, \"st_lines\": %.0f, \"simt_inst\": %.0f, \"simt_rounds\": %.0f, "
       "\"lane_acc\": %.0f, \"l1_caps\": %s], \"rounds\": %s, \"max_chain\": %s, \"l1_miss\": %s], \"n_rounds\": %.0f, "
-      "\"round_bytes\": %.0f, \"read_sectors\": %zu, \"written_sectors\": %zu}\n",
+      "\"round_bytes\": %.0f, \"read_sectors\": %zu, \"written_sectors\": %zu, \"shared_inst\": %.0f, "
+      "\"shared_wavefronts\": %.0f, \"shared_ideal\": %.0f}\n",
       st.name.c_str(), (long long)st.threads, (long long)st.warps, (long long)st.sampled, st.ld_useful, st.ld_sector,
       st.st_useful, st.st_sector, st.ld_inst, st.st_inst, st.ld_lines, st.st_lines, st.simt_inst, st.simt_rounds,
       st.lane_acc, caps.c_str(), triples(st.rounds).c_str(),
-      triples(st.max_chain).c_str(), miss.c_str(), st.n_rounds, st.round_bytes, st.read.size(), st.written.size());
+      triples(st.max_chain).c_str(), miss.c_str(), st.n_rounds, st.round_bytes, st.read.size(), st.written.size(),
+      st.sh_inst, st.sh_wavefronts, st.sh_ideal);
   std::fflush(stdout);
 }
 
@@ -410,17 +493,22 @@ struct TraceExec {
     std::vector<Warp> ws(kWarps);
     std::vector<char> rec(kWarps, 0);
     segops_emu::BlockRunner runner;
-    runner.on_resume = [&](int t) { g_lane = rec[t / 32] ? &ws[t / 32].lanes[t % 32] : nullptr; };
+    runner.on_resume = [&](int t) {
+      g_lane = rec[t / 32] ? &ws[t / 32].lanes[t % 32] : nullptr;
+      g_shared_lane = rec[t / 32] ? &ws[t / 32].shared[t % 32] : nullptr;
+    };
     segops_emu::run_blocks(runner, k, blocks, 0, [&](int64_t b) {
       if (b > 0) flush_block(ws, rec, st);
       for (int w = 0; w < kWarps; ++w) rec[w] = (b * kWarps + w) % stride == 0;
     });
     flush_block(ws, rec, st);
     g_lane = nullptr;
+    g_shared_lane = nullptr;
     print_stats(st);
   }
   static void flush_block(std::vector<Warp>& ws, std::vector<char>& rec, LaunchStats& st) {
     g_lane = nullptr;
+    g_shared_lane = nullptr;
     for (size_t w = 0; w < ws.size(); ++w) {
       if (!rec[w]) continue;
       analyse_warp(ws[w], st);
@@ -496,7 +584,17 @@ template <typename T> int run(const std::string& op, int64_t F, int64_t N, std::
   return 0;
 }
 
+// One synthetic warp instruction: lane l accesses `bytes` bytes at l * stride (tests/test_gpu_model.py).
+static int bank_selftest(int64_t stride, int bytes) {
+  std::vector<std::pair<int, SharedAccess>> lanes;
+  for (int l = 0; l < 32; ++l) lanes.push_back({l, SharedAccess{static_cast<uint64_t>(l * stride), bytes, 0, 0}});
+  const BankCount bc = bank_wavefronts(lanes);
+  std::printf("{\"wavefronts\": %.0f, \"ideal\": %.0f}\n", bc.wavefronts, bc.ideal);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "banks") return bank_selftest(std::atoll(argv[2]), std::atoi(argv[3]));
   if (argc < 6) {
     std::fprintf(stderr, "usage: %s OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]\n", argv[0]);
     return 2;

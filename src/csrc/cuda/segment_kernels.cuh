@@ -62,15 +62,27 @@
 // each access to the host tracer (tests/cuda_emulation/trace_kernels.cpp) when SEGOPS_TRACE_ACCESSES is
 // defined. Kinds: 0 a load whose value is used later (at SEGOPS_TRACE_USE(): the thread then waits for
 // every load it has in flight), 1 a load used at once (an offset deciding the next address), 2 a store.
+// Shared memory of block kernels (the tracer counts its bank conflicts): SEGOPS_SH_LOAD(lvalue) is the
+// lvalue's value, reported as a load; SEGOPS_TRACE_SH_STORE(lvalue) reports a store to it;
+// SEGOPS_TRACE_STEP() marks a point every lane of a warp passes together (a loop iteration): the k-th
+// shared access of a site after the same number of steps is one warp instruction.
 #if defined(SEGOPS_TRACE_ACCESSES) && !defined(__CUDA_ARCH__)
 void segops_trace_access(const void* p, int bytes, int kind, int site);
 void segops_trace_use();
+void segops_trace_shared(const void* p, int bytes, bool store, int site);
+void segops_trace_step();
 #define SEGOPS_TRACE(p, n, kind) ::segops_trace_access((p), static_cast<int>(n), (kind), __LINE__)
 #define SEGOPS_TRACE_USE() ::segops_trace_use()
 #define SEGOPS_TRACE_INDEX(p) SEGOPS_TRACE((p), 8, 1)
+#define SEGOPS_SH_LOAD(x) (::segops_trace_shared(&(x), static_cast<int>(sizeof(x)), false, __LINE__), (x))
+#define SEGOPS_TRACE_SH_STORE(x) ::segops_trace_shared(&(x), static_cast<int>(sizeof(x)), true, __LINE__)
+#define SEGOPS_TRACE_STEP() ::segops_trace_step()
 #else
 #define SEGOPS_TRACE(p, n, kind) ((void)0)
 #define SEGOPS_TRACE_USE() ((void)0)
+#define SEGOPS_SH_LOAD(x) (x)
+#define SEGOPS_TRACE_SH_STORE(x) ((void)0)
+#define SEGOPS_TRACE_STEP() ((void)0)
 #endif
 
 #include "cuda_plans.h"
@@ -955,14 +967,24 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
   using A = typename Load::A;
   using FS = FlagState<Op>;
   static constexpr int kBlock = 256, kWarps = kBlock / 32, kMinBlocks = 4;
-  // items per thread at most: 16 (32 KiB of shared memory) for 4-byte A, 8 for 8-byte A
+  // items per thread at most: 16 (33 KiB of shared memory) for 4-byte A, 8 for 8-byte A
   static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8, kW = kBlock * kItemsMax;
   static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
+  // Bank-conflict-free layout: one padding element after every 128 bytes of x and of e. Thread t walks the
+  // items from 16 t on (lanes 16 words apart: without padding 16 lanes share a bank), and stages rows with
+  // 16-byte vectors (lanes 4 words apart); with padding both fall in distinct banks (see the memory model,
+  // docs/cuda.md). Use x_at / e_at, never x / e directly.
+  static constexpr int kPadX = static_cast<int>(128 / sizeof(A)), kPadE = 32;
   struct Shared {
-    A x[kW];                // the chunk's rows
-    int32_t e[kW + 1];      // e[i], 1 <= i <= ns: end of segment m0.seg + i - 1, in tile rows (clamped)
+    A x[kW + kW / kPadX];                  // the chunk's rows: row i at x_at(i)
+    int32_t e[kW + 1 + (kW + 1) / kPadE];  // e_at(i), 1 <= i <= ns: end of segment m0.seg + i - 1, in tile
+                                           // rows (clamped)
     int64_t start0;         // clamped start (absolute row) of segment m0.seg
     FS warp_total[kWarps];  // the inclusive scan at each warp's last lane
+    SEGOPS_HD A& x_at(int i) { return x[i + i / kPadX]; }
+    SEGOPS_HD const A& x_at(int i) const { return x[i + i / kPadX]; }
+    SEGOPS_HD int32_t& e_at(int i) { return e[i + i / kPadE]; }
+    SEGOPS_HD const int32_t& e_at(int i) const { return e[i + i / kPadE]; }
   };
   Load load;
   int items;      // merge items per thread (W = kBlock * items <= kW)
@@ -1012,7 +1034,8 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
     int first_seg = -1;              // its index in the tile if it ends here (-1: no end in this range)
     State st = Op::identity();
     for (int i = d; i < d1; ++i) {
-      const bool is_end = seg < ns && (row >= nr || sh.e[seg + 1] <= row);
+      SEGOPS_TRACE_STEP();
+      const bool is_end = seg < ns && (row >= nr || SEGOPS_SH_LOAD(sh.e_at(seg + 1)) <= row);
       if (is_end) {
         if (first_seg < 0) {
           first.st = st;
@@ -1023,7 +1046,7 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
         st = Op::identity();
         ++seg;
       } else {
-        Op::step(st, sh.x[row], base + r0 + row);
+        Op::step(st, SEGOPS_SH_LOAD(sh.x_at(row)), base + r0 + row);
         ++row;
       }
     }
@@ -1036,11 +1059,14 @@ SEGOPS_UNROLL
       const FS up = blk.shfl_up(incl, k);
       if (lane >= k) incl = seg_combine<Op>(up, incl);
     }
-    if (lane == 31) sh.warp_total[warp] = incl;
+    if (lane == 31) {
+      SEGOPS_TRACE_SH_STORE(sh.warp_total[warp]);
+      sh.warp_total[warp] = incl;
+    }
     const FS before_in_warp = blk.shfl_up(incl, 1);  // exclusive, inside the warp (lane 0: unused)
     blk.sync();
     FS excl{Op::identity(), 0, 0};  // everything before this thread in the block
-    for (int w = 0; w < warp; ++w) excl = seg_combine<Op>(excl, sh.warp_total[w]);
+    for (int w = 0; w < warp; ++w) excl = seg_combine<Op>(excl, SEGOPS_SH_LOAD(sh.warp_total[w]));
     if (lane > 0) excl = seg_combine<Op>(excl, before_in_warp);
     // 4. the first segment: the threads before this one hold its beginning
     if (first_seg >= 0) {
@@ -1054,7 +1080,7 @@ SEGOPS_UNROLL
     }
     if (t == kBlock - 1) {  // the segment open at the chunk's end (rows of it in the tile): the carry
       const FS all = seg_combine<Op>(excl, mine);
-      const bool open = sg0 + ns < S && nr > 0 && (ns == 0 || sh.e[ns] < nr);
+      const bool open = sg0 + ns < S && nr > 0 && (ns == 0 || sh.e_at(ns) < nr);
       wr(carry + c, open ? all.st : Op::identity());
       wr(ckey + c, open ? b * S + sg0 + ns : int64_t(-1));
       wr(hkey + c, ns > 0 && sh.start0 - base < r0 ? b * S + sg0 : int64_t(-1));
@@ -1101,14 +1127,20 @@ SEGOPS_UNROLL
 SEGOPS_UNROLL
       for (int i = 0; i < kVR; ++i) {
         const int64_t e = q * kVR + i;
-        if (e >= e0 && e < e1) sh.x[e - e0] = v[j][i];
+        if (e >= e0 && e < e1) {
+          SEGOPS_TRACE_SH_STORE(sh.x_at(static_cast<int>(e - e0)));
+          sh.x_at(static_cast<int>(e - e0)) = v[j][i];
+        }
       }
     }
 SEGOPS_UNROLL
     for (int j = 0; j < kOff; ++j) {
       const int i = t + j * kBlock;
       if (i == 0) sh.start0 = iclamp(o[j], base, end);
-      if (i > 0 && i <= ns) sh.e[i] = static_cast<int32_t>(iclamp(iclamp(o[j], base, end) - base - r0, 0, nr));
+      if (i > 0 && i <= ns) {
+        SEGOPS_TRACE_SH_STORE(sh.e_at(i));
+        sh.e_at(i) = static_cast<int32_t>(iclamp(iclamp(o[j], base, end) - base - r0, 0, nr));
+      }
     }
   }
 
@@ -1117,7 +1149,7 @@ SEGOPS_UNROLL
     int lo = static_cast<int>(imax(0, d - nr)), hi = static_cast<int>(imin(d, ns));
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (sh.e[mid + 1] <= d - mid - 1) {
+      if (SEGOPS_SH_LOAD(sh.e_at(mid + 1)) <= d - mid - 1) {
         lo = mid + 1;
       } else {
         hi = mid;
@@ -1129,7 +1161,8 @@ SEGOPS_UNROLL
   // row0: absolute row of tile row 0
   SEGOPS_HD void write_segment(const Shared& sh, const State& st, int64_t b, int64_t sg0, int seg,
                                int64_t row0) const {
-    const int64_t count = imax(seg == 0 ? sh.e[1] + row0 - sh.start0 : sh.e[seg + 1] - sh.e[seg], 0);
+    const int64_t count = imax(seg == 0 ? SEGOPS_SH_LOAD(sh.e_at(1)) + row0 - SEGOPS_SH_LOAD(sh.start0)
+                                        : SEGOPS_SH_LOAD(sh.e_at(seg + 1)) - SEGOPS_SH_LOAD(sh.e_at(seg)), 0);
     write_result<Op>(st, count, N, out, arg, b * S + sg0 + seg);
   }
 };
