@@ -71,7 +71,7 @@ def bank_count(exe, stride, nbytes):
 
 def test_bank_conflicts_of_synthetic_warps(tracer):
     # 32 banks of 4 bytes: consecutive words are conflict-free, a broadcast is one wavefront, 16 words apart is
-    # 16 lanes per bank (16 wavefronts), 33 words apart (the padded layout) is conflict-free again
+    # 16 lanes per bank (16 wavefronts), 33 words apart (a padded layout) is conflict-free again
     assert bank_count(tracer, 4, 4) == {"wavefronts": 1, "ideal": 1}
     assert bank_count(tracer, 0, 4) == {"wavefronts": 1, "ideal": 1}
     assert bank_count(tracer, 64, 4) == {"wavefronts": 16, "ideal": 1}
@@ -82,14 +82,16 @@ def test_bank_conflicts_of_synthetic_warps(tracer):
 
 
 def test_flat_block_kernel_bank_conflicts(tracer, tmp_path):
-    # ReduceFlatBlock's padded layout: threads walking rows 16 apart (one long segment) or segment ends 16
-    # apart (empty segments) hit distinct banks (unpadded: 7.1x and 8.6x the conflict-free wavefronts);
-    # irregular short segments put the lanes at data-dependent places (1.84x; unpadded 2.18x)
-    for lengths, bound in (([300000], 1.1), ([0] * 200000 + [64], 1.1), ([1, 7, 3, 12, 5, 9] * 4000, 2.0)):
+    # ReduceFlatBlock's (unpadded) layout, as the tracer counts it: threads walking rows 16 apart (one long
+    # segment) or segment ends 16 apart (empty segments) share banks (7.1x and 8.6x the conflict-free
+    # wavefronts); constant 32-row segments (k-NN fan-in) 1.65x; irregular short segments 2.18x
+    for lengths, lo, hi in (([300000], 5.0, 9.0), ([0] * 200000 + [64], 6.0, 11.0), ([32] * 9000, 1.2, 2.2),
+                            ([1, 7, 3, 12, 5, 9] * 4000, 1.5, 3.0)):
         launches = run_trace(tracer, tmp_path, "sum", "float32", 1, lengths)
         flat = [l for l in launches if "ReduceFlatBlock" in l["kernel"]]
         assert flat and flat[0]["shared_inst"] > 0
-        assert flat[0]["shared_wavefronts"] <= bound * flat[0]["shared_ideal"], (lengths[:3], flat[0])
+        ratio = flat[0]["shared_wavefronts"] / flat[0]["shared_ideal"]
+        assert lo <= ratio <= hi, (lengths[:3], ratio, flat[0])
 
 
 def test_whole_waves_and_launch_chain():

@@ -970,21 +970,19 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
   // items per thread at most: 16 (33 KiB of shared memory) for 4-byte A, 8 for 8-byte A
   static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8, kW = kBlock * kItemsMax;
   static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
-  // Bank-conflict-free layout: one padding element after every 128 bytes of x and of e. Thread t walks the
-  // items from 16 t on (lanes 16 words apart: without padding 16 lanes share a bank), and stages rows with
-  // 16-byte vectors (lanes 4 words apart); with padding both fall in distinct banks (see the memory model,
-  // docs/cuda.md). Use x_at / e_at, never x / e directly.
-  static constexpr int kPadX = static_cast<int>(128 / sizeof(A)), kPadE = 32;
+  // Shared layout: plain arrays (x_at / e_at are the one place to change it). One padding element per 128
+  // bytes removed the bank conflicts of one long segment and of 8-16-row segments by the memory model, but
+  // made lanes 16 words apart again at 21-63-row segments (k-NN graphs: 4x the conflict-free wavefronts) and
+  // cost a block per SM on sm_86/89/120 (1 KiB more shared memory): not adopted (docs/cuda.md, "Still open").
   struct Shared {
-    A x[kW + kW / kPadX];                  // the chunk's rows: row i at x_at(i)
-    int32_t e[kW + 1 + (kW + 1) / kPadE];  // e_at(i), 1 <= i <= ns: end of segment m0.seg + i - 1, in tile
-                                           // rows (clamped)
+    A x[kW];                // the chunk's rows: row i at x_at(i)
+    int32_t e[kW + 1];      // e_at(i), 1 <= i <= ns: end of segment m0.seg + i - 1, in tile rows (clamped)
     int64_t start0;         // clamped start (absolute row) of segment m0.seg
     FS warp_total[kWarps];  // the inclusive scan at each warp's last lane
-    SEGOPS_HD A& x_at(int i) { return x[i + i / kPadX]; }
-    SEGOPS_HD const A& x_at(int i) const { return x[i + i / kPadX]; }
-    SEGOPS_HD int32_t& e_at(int i) { return e[i + i / kPadE]; }
-    SEGOPS_HD const int32_t& e_at(int i) const { return e[i + i / kPadE]; }
+    SEGOPS_HD A& x_at(int i) { return x[i]; }
+    SEGOPS_HD const A& x_at(int i) const { return x[i]; }
+    SEGOPS_HD int32_t& e_at(int i) { return e[i]; }
+    SEGOPS_HD const int32_t& e_at(int i) const { return e[i]; }
   };
   Load load;
   int items;      // merge items per thread (W = kBlock * items <= kW)
