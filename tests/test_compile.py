@@ -51,19 +51,19 @@ OPCHECK_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64]
 def test_opcheck_segment_reduce(reduce, dtype, layout):
     indptr = INDPTRS[layout]
     src = _src_for(indptr, dtype, requires_grad=dtype.is_floating_point)
-    torch.library.opcheck(_ops.segment_reduce.default, (src, indptr, reduce))
+    torch.library.opcheck(getattr(_ops, f"segment_{reduce}").default, (src, indptr))
 
 
 @pytest.mark.parametrize("layout", list(INDPTRS))
 @pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}") for d in OPCHECK_DTYPES
-                                          for r in ("sum", "mean", "max")
-                                          if d.is_floating_point or r != "mean"])
+                                          for r in ("sum", "mean", "min", "max", "logsumexp")
+                                          if d.is_floating_point or r in ("sum", "min", "max")])
 def test_opcheck_segment_reduce_out(reduce, dtype, layout):
     indptr = INDPTRS[layout]
     src = _src_for(indptr, dtype, requires_grad=False)
-    values, arg = _ops.segment_reduce(src, indptr, reduce)
-    out, arg_out = torch.empty_like(values), torch.empty_like(arg)
-    torch.library.opcheck(_ops.segment_reduce_out.default, (src, indptr, reduce, out, arg_out))
+    result = getattr(_ops, f"segment_{reduce}")(src, indptr)
+    outs = [torch.empty_like(t) for t in (result if isinstance(result, tuple) else (result,))]
+    torch.library.opcheck(getattr(_ops, f"segment_{reduce}_out").default, (src, indptr, *outs))
 
 
 @pytest.mark.parametrize("layout", list(INDPTRS))
@@ -236,7 +236,7 @@ def test_compile_fullgraph_out(backend):
         return so.segment_max_csr(s, i, out=o)[1], so.gather_csr(o, i, out=g)
 
     def direct(s, i, o, a):
-        torch.ops.torch_segops.segment_reduce_out(s, i, "max", o, a)
+        torch.ops.torch_segops.segment_max_out(s, i, o, a)
         return o * 2
 
     for fn, extra in ((wrappers, lambda: (torch.zeros(n_seg, 3), torch.zeros(src.shape[0], 3))),

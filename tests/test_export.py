@@ -67,7 +67,9 @@ def test_export_static_shapes():
     src, indptr = _case(17, 5)
     ep = torch.export.export(AllOps(), (src, indptr))
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-    for op in ("torch_segops.segment_reduce.default", "torch_segops.gather_csr.default",
+    for op in ("torch_segops.segment_sum.default", "torch_segops.segment_mean.default",
+               "torch_segops.segment_min.default", "torch_segops.segment_max.default",
+               "torch_segops.segment_logsumexp.default", "torch_segops.gather_csr.default",
                "torch_segops.segment_softmax.default"):
         assert op in targets, f"{op} not in the exported graph: {sorted(targets)}"
     _assert_same(ep.module()(src, indptr), AllOps()(src, indptr))

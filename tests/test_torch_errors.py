@@ -123,6 +123,6 @@ def test_cuda_out_of_memory_message_becomes_torchs_type():
         torch_error_types(fails)(oom)
     assert isinstance(info.value.__cause__, RuntimeError)
     with pytest.raises(RuntimeError) as info:
-        torch_error_types(fails)("torch_segops.segment_reduce: indptr must be non-decreasing")
+        torch_error_types(fails)("torch_segops.segment_sum: indptr must be non-decreasing")
     assert not isinstance(info.value, torch.OutOfMemoryError)
     assert so.segment_csr.__wrapped__ is not None, "the public functions carry the translation"

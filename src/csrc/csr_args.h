@@ -39,15 +39,6 @@ template <typename... Args>
     }                               \
   } while (0)
 
-inline Reduce parse_reduce(const std::string& reduce, const char* op) {
-  if (reduce == "sum" || reduce == "add") return Reduce::Sum;
-  if (reduce == "mean") return Reduce::Mean;
-  if (reduce == "min") return Reduce::Min;
-  if (reduce == "max") return Reduce::Max;
-  if (reduce == "logsumexp") return Reduce::LogSumExp;
-  fail(op, "reduce must be one of 'sum', 'add', 'mean', 'min', 'max', 'logsumexp', got '", reduce, "'");
-}
-
 struct CsrArgs {
   Tensor src;     // contiguous
   Tensor indptr;  // contiguous int64, rows of S + 1 offsets

@@ -1,15 +1,22 @@
 // The op schemas of torch_segops, in one place. Kernels are registered per backend in cpu/ and cuda/.
 #include <torch/csrc/stable/library.h>
 
+#include "reduce_ops.h"
+
 STABLE_TORCH_LIBRARY(torch_segops, m) {
-  // reduce in {"sum", "mean", "min", "max", "logsumexp"}. The second output holds the argmin/argmax
-  // (absolute positions along dim, src.size(dim) for empty segments) for min/max and is empty otherwise.
-  m.def("segment_reduce(Tensor src, Tensor indptr, str reduce) -> (Tensor, Tensor)");
+  // One op per reduction (reduce_ops.h): segment_sum, segment_mean, segment_logsumexp (src, indptr) ->
+  // Tensor; segment_min, segment_max (src, indptr) -> (Tensor, Tensor), the second output the
+  // argmin/argmax (absolute positions along dim, src.size(dim) for empty segments). Their out= forms
+  // segment_<name>_out write into the caller's contiguous tensors (out= of the Python API, when no
+  // gradient is recorded): (src, indptr, out) and, for min/max, (src, indptr, out, arg).
+  torch_segops::for_each_reduce([&](auto r) {
+    using Op = torch_segops::ReduceOp<decltype(r)::value>;
+    m.def(Op::schema);
+    m.def(Op::out_schema);
+  });
   // size: rows of the output along dim; -1 reads max(indptr[..., -1]) from indptr (a host sync on GPU).
   m.def("gather_csr(Tensor src, Tensor indptr, SymInt size) -> Tensor");
-  // The same, written into the caller's contiguous tensors (out= of the Python API, when no gradient is
-  // recorded): arg must be empty for sum/mean. gather's output rows are out.size(dim).
-  m.def("segment_reduce_out(Tensor src, Tensor indptr, str reduce, Tensor(a!) out, Tensor(b!) arg) -> ()");
+  // The same, written into the caller's contiguous tensor: its rows are out.size(dim).
   m.def("gather_csr_out(Tensor src, Tensor indptr, Tensor(a!) out) -> ()");
   m.def("segment_softmax(Tensor src, Tensor indptr) -> Tensor");
   // COO -> CSR: indptr[..., i] = how many entries of index's last dim are < i, for i in [0, size]

@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <optional>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/stable/library.h>
@@ -25,6 +27,7 @@
 
 #include "csr_args.h"
 #include "op_names.h"
+#include "reduce_ops.h"
 #include "reducers.h"
 #include "torch_errors.h"
 
@@ -32,11 +35,11 @@ namespace torch_segops {
 
 template <class Backend>
 struct SegmentOps {
-  // given_out / given_arg: the out= variant's tensors, or null to allocate.
-  static std::tuple<Tensor, Tensor> reduce_into(const Tensor& src, const Tensor& indptr, const std::string& reduce,
-                                                const Tensor* given_out, const Tensor* given_arg) {
+  // The reduction r of src's segments into `out` and, for min/max, `arg` (the out= variant's tensors
+  // given_out / given_arg, or new tensors when null).
+  static std::pair<Tensor, std::optional<Tensor>> reduce_into(const Tensor& src, const Tensor& indptr, Reduce r,
+                                                              const Tensor* given_out, const Tensor* given_arg) {
     const char* op = op_names(kOpSegmentCsr).name;
-    const Reduce r = parse_reduce(reduce, op);
     const CsrArgs a = make_csr_args(src, indptr, op);
     const bool with_arg = r == Reduce::Min || r == Reduce::Max;
     dispatch_dtype(src.scalar_type(), r == Reduce::Sum || with_arg, op, "src", [](auto) {});
@@ -44,18 +47,33 @@ struct SegmentOps {
     be.check_indptr(a, a.N, op_names(kOpSegmentCsr).limit_what);
     const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
     Tensor out = be.output(src, sizes, src.scalar_type(), given_out, "out");
-    Tensor arg = be.output(src, with_arg ? sizes : std::vector<int64_t>{0}, ScalarType::Long, given_arg, "arg");
-    be.reduce(a, r, out, with_arg ? &arg : nullptr);
+    std::optional<Tensor> arg;
+    if (with_arg) arg = be.output(src, sizes, ScalarType::Long, given_arg, "arg");
+    be.reduce(a, r, out, arg ? &*arg : nullptr);
     be.finish();
     return {out, arg};
   }
 
-  static std::tuple<Tensor, Tensor> segment_reduce(Tensor src, Tensor indptr, std::string reduce) {
-    return reduce_into(src, indptr, reduce, nullptr, nullptr);
+  // The ops of reduction R (reduce_ops.h): segment_<name>, and segment_<name>_out in its two forms.
+  template <Reduce R>
+  static std::conditional_t<ReduceOp<R>::kHasArg, std::tuple<Tensor, Tensor>, Tensor> segment(Tensor src,
+                                                                                                Tensor indptr) {
+    auto [out, arg] = reduce_into(src, indptr, R, nullptr, nullptr);
+    if constexpr (ReduceOp<R>::kHasArg) {
+      return {out, *arg};
+    } else {
+      return out;
+    }
   }
 
-  static void segment_reduce_out(Tensor src, Tensor indptr, std::string reduce, Tensor out, Tensor arg) {
-    reduce_into(src, indptr, reduce, &out, &arg);
+  template <Reduce R>
+  static void segment_out(Tensor src, Tensor indptr, Tensor out) {
+    reduce_into(src, indptr, R, &out, nullptr);
+  }
+
+  template <Reduce R>
+  static void segment_arg_out(Tensor src, Tensor indptr, Tensor out, Tensor arg) {
+    reduce_into(src, indptr, R, &out, &arg);
   }
 
   // size: output rows (-1: read from indptr); given_out: the out= variant's tensor (its rows are the size).
@@ -117,9 +135,17 @@ struct SegmentOps {
 template <class Backend, class Library>
 void register_segment_ops(Library& m) {
   using O = SegmentOps<Backend>;
-  m.impl("segment_reduce", TORCH_BOX((&guarded<&O::segment_reduce, kSegmentReduce>::call)));
+  for_each_reduce([&](auto r) {
+    constexpr Reduce R = decltype(r)::value;
+    using Names = ReduceOp<R>;
+    m.impl(Names::name, TORCH_BOX((&guarded<&O::template segment<R>, Names::name>::call)));
+    if constexpr (Names::kHasArg) {
+      m.impl(Names::out_name, TORCH_BOX((&guarded<&O::template segment_arg_out<R>, Names::out_name>::call)));
+    } else {
+      m.impl(Names::out_name, TORCH_BOX((&guarded<&O::template segment_out<R>, Names::out_name>::call)));
+    }
+  });
   m.impl("gather_csr", TORCH_BOX((&guarded<&O::gather_csr, kGatherCsr>::call)));
-  m.impl("segment_reduce_out", TORCH_BOX((&guarded<&O::segment_reduce_out, kSegmentReduceOut>::call)));
   m.impl("gather_csr_out", TORCH_BOX((&guarded<&O::gather_csr_out, kGatherCsrOut>::call)));
   m.impl("segment_softmax", TORCH_BOX((&guarded<&O::segment_softmax, kSegmentSoftmax>::call)));
   m.impl("segment_softmax_backward", TORCH_BOX((&guarded<&O::segment_softmax_backward, kSegmentSoftmaxBackward>::call)));

@@ -158,7 +158,7 @@ inline torch::stable::Tensor converted(const torch::stable::Tensor& t, torch::he
 }
 
 // An op entry point whose torch-call failures carry torch's message (see rethrow_torch_error):
-// m.impl("segment_reduce", TORCH_BOX(&guarded<&segment_reduce_cpu, kSegmentReduce>::call)).
+// m.impl("gather_csr", TORCH_BOX(&guarded<&gather_csr_cpu, kGatherCsr>::call)).
 // (The function type is a parameter of its own so that R and A are deducible from it: nvcc rejects a partial
 // specialization whose parameters only appear inside a non-type argument, warning #842-D.)
 template <class FnType, FnType Fn, const char* Op>
@@ -178,10 +178,8 @@ struct guarded_call<R (*)(A...), Fn, Op> {
 template <auto Fn, const char* Op>
 using guarded = guarded_call<decltype(Fn), Fn, Op>;
 
-// The op names, as template arguments of `guarded`.
-inline constexpr char kSegmentReduce[] = "segment_reduce";
+// The op names, as template arguments of `guarded` (the reducing ops' names: reduce_ops.h).
 inline constexpr char kGatherCsr[] = "gather_csr";
-inline constexpr char kSegmentReduceOut[] = "segment_reduce_out";
 inline constexpr char kGatherCsrOut[] = "gather_csr_out";
 inline constexpr char kSegmentSoftmax[] = "segment_softmax";
 inline constexpr char kSegmentSoftmaxBackward[] = "segment_softmax_backward";

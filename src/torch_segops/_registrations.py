@@ -22,14 +22,31 @@ def _reduced_shape(src: Tensor, indptr: Tensor, n) -> list:
 # first checks that every tensor is on one device, or it would return uninitialised memory.
 
 
-@torch.library.register_fake(_LIB + "segment_reduce")
-def _segment_reduce_fake(src: Tensor, indptr: Tensor, reduce: str):
-    check_same_device("segment_reduce", ["src", "indptr"], [src, indptr])
-    torch._check(indptr.dim() >= 1 and indptr.dim() <= src.dim(), lambda: "torch_segops: bad indptr dims")
-    shape = _reduced_shape(src, indptr, indptr.shape[-1] - 1)
-    out = src.new_empty(shape)
-    arg_shape = shape if reduce in ("min", "max") else [0]
-    return out, src.new_empty(arg_shape, dtype=torch.long)
+# One op per reduction (src/csrc/reduce_ops.h): segment_<name> and segment_<name>_out.
+REDUCE_OPS = ("sum", "mean", "min", "max", "logsumexp")
+WITH_ARG = ("min", "max")  # these also return the argmin/argmax
+
+
+def _segment_reduce_fake(reduce: str):
+    def fake(src: Tensor, indptr: Tensor):
+        check_same_device(f"segment_{reduce}", ["src", "indptr"], [src, indptr])
+        torch._check(indptr.dim() >= 1 and indptr.dim() <= src.dim(), lambda: "torch_segops: bad indptr dims")
+        shape = _reduced_shape(src, indptr, indptr.shape[-1] - 1)
+        if reduce in WITH_ARG:
+            return src.new_empty(shape), src.new_empty(shape, dtype=torch.long)
+        return src.new_empty(shape)
+    return fake
+
+
+def _segment_reduce_out_fake(reduce: str):
+    def fake(src: Tensor, indptr: Tensor, out: Tensor, *arg: Tensor) -> None:
+        check_same_device(f"segment_{reduce}_out", ["src", "indptr", "out", "arg"], [src, indptr, out, *arg])
+    return fake
+
+
+for _reduce in REDUCE_OPS:
+    torch.library.register_fake(f"{_LIB}segment_{_reduce}", _segment_reduce_fake(_reduce))
+    torch.library.register_fake(f"{_LIB}segment_{_reduce}_out", _segment_reduce_out_fake(_reduce))
 
 
 @torch.library.register_fake(_LIB + "gather_csr")
@@ -38,11 +55,6 @@ def _gather_csr_fake(src: Tensor, indptr: Tensor, size: int):
     if size == -1:  # data-dependent: read from indptr at run time
         size = torch.library.get_ctx().new_dynamic_size()
     return src.new_empty(_reduced_shape(src, indptr, size))
-
-
-@torch.library.register_fake(_LIB + "segment_reduce_out")
-def _segment_reduce_out_fake(src: Tensor, indptr: Tensor, reduce: str, out: Tensor, arg: Tensor) -> None:
-    check_same_device("segment_reduce_out", ["src", "indptr", "out", "arg"], [src, indptr, out, arg])
 
 
 @torch.library.register_fake(_LIB + "gather_csr_out")
@@ -72,37 +84,44 @@ def _segment_lengths(indptr: Tensor, like: Tensor) -> Tensor:
     return counts.view(list(counts.shape) + [1] * (like.dim() - dim - 1))
 
 
-def _segment_reduce_setup(ctx, inputs, output):
-    src, indptr, reduce = inputs
-    out, arg = output
-    ctx.reduce = reduce
-    ctx.n = src.size(indptr.dim() - 1)
-    if reduce == "logsumexp":
-        ctx.save_for_backward(src, indptr, arg)
-    else:
-        ctx.save_for_backward(indptr, arg)
+def _segment_reduce_autograd(reduce: str):
+    """(setup_context, backward) of the op segment_<reduce>."""
+
+    def setup(ctx, inputs, output):
+        src, indptr = inputs
+        ctx.n = src.size(indptr.dim() - 1)
+        if reduce == "logsumexp":
+            ctx.save_for_backward(src, indptr)
+        elif reduce in WITH_ARG:
+            ctx.save_for_backward(indptr, output[1])
+        else:
+            ctx.save_for_backward(indptr)
+
+    def backward(ctx, grad_out, *grad_arg):
+        if reduce == "logsumexp":
+            src, indptr = ctx.saved_tensors
+            return _ops.segment_softmax(src, indptr) * _ops.gather_csr(grad_out, indptr, ctx.n), None
+        if reduce == "sum":
+            (indptr,) = ctx.saved_tensors
+            return _ops.gather_csr(grad_out, indptr, ctx.n), None
+        if reduce == "mean":
+            (indptr,) = ctx.saved_tensors
+            return _ops.gather_csr(grad_out / _segment_lengths(indptr, grad_out), indptr, ctx.n), None
+        # min/max: the gradient flows to the arg position only; empty segments point at row n (dropped).
+        indptr, arg = ctx.saved_tensors
+        dim = indptr.dim() - 1
+        shape = list(grad_out.shape)
+        shape[dim] = ctx.n + 1
+        grad_src = grad_out.new_zeros(shape).scatter(dim, arg, grad_out)
+        return grad_src.narrow(dim, 0, ctx.n), None
+
+    return setup, backward
 
 
-def _segment_reduce_backward(ctx, grad_out, grad_arg):
-    if ctx.reduce == "logsumexp":
-        src, indptr, _ = ctx.saved_tensors
-        return _ops.segment_softmax(src, indptr) * _ops.gather_csr(grad_out, indptr, ctx.n), None, None
-    indptr, arg = ctx.saved_tensors
-    dim = indptr.dim() - 1
-    if ctx.reduce in ("sum", "add"):
-        return _ops.gather_csr(grad_out, indptr, ctx.n), None, None
-    if ctx.reduce == "mean":
-        return _ops.gather_csr(grad_out / _segment_lengths(indptr, grad_out), indptr, ctx.n), None, None
-    # min/max: the gradient flows to the arg position only; empty segments point at row n (dropped).
-    shape = list(grad_out.shape)
-    shape[dim] = ctx.n + 1
-    grad_src = grad_out.new_zeros(shape).scatter(dim, arg, grad_out)
-    return grad_src.narrow(dim, 0, ctx.n), None, None
-
-
-torch.library.register_autograd(
-    _LIB + "segment_reduce", _segment_reduce_backward, setup_context=_segment_reduce_setup
-)
+for _reduce in REDUCE_OPS:
+    _setup, _backward = _segment_reduce_autograd(_reduce)
+    torch.library.register_autograd(f"{_LIB}segment_{_reduce}", _backward, setup_context=_setup)
+del _reduce, _setup, _backward
 
 
 def _gather_setup(ctx, inputs, output):
@@ -112,7 +131,7 @@ def _gather_setup(ctx, inputs, output):
 
 def _gather_backward(ctx, grad):
     (indptr,) = ctx.saved_tensors
-    return _ops.segment_reduce(grad, indptr, "sum")[0], None, None
+    return _ops.segment_sum(grad, indptr), None, None
 
 
 torch.library.register_autograd(_LIB + "gather_csr", _gather_backward, setup_context=_gather_setup)
@@ -140,8 +159,8 @@ def _softmax_bwd_backward(ctx, gg):
     # d/dgrad and d/dout of  y * (g - segsum(g * y))  (double backward of segment_softmax).
     grad, out, indptr = ctx.saved_tensors
     n = out.size(indptr.dim() - 1)
-    dot = _ops.segment_reduce(grad * out, indptr, "sum")[0]
-    gg_dot = _ops.segment_reduce(gg * out, indptr, "sum")[0]
+    dot = _ops.segment_sum(grad * out, indptr)
+    gg_dot = _ops.segment_sum(gg * out, indptr)
     d_grad = out * gg - out * _ops.gather_csr(gg_dot, indptr, n)
     d_out = gg * (grad - _ops.gather_csr(dot, indptr, n)) - grad * _ops.gather_csr(gg_dot, indptr, n)
     return d_grad, d_out, None

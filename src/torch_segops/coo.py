@@ -24,7 +24,7 @@ from torch import Tensor
 from ._arguments import check_same_device, size_arg
 from ._coo_kernel import index_offsets
 from ._registrations import _segment_lengths
-from .ops import _check_out, _check_reduce, _check_type, _reduced_shape, _write_out
+from .ops import _check_out, _check_reduce, _check_type, _reduced_shape, _segment_reduce, _write_out
 
 _ops = torch.ops.torch_segops
 
@@ -117,12 +117,12 @@ def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], red
     integer = not src.is_floating_point() and not src.is_complex()
     if reduce == "mean" and (out is not None or integer):
         # the sum now, divided by the counts with out's values added (or the integer division)
-        total = _ops.segment_reduce(src, indptr, "sum")[0]
+        total = _ops.segment_sum(src, indptr)
         counts = _segment_lengths(indptr, total)
         if out is None:
             return _div_count(total, counts, rounding), indptr.new_empty([0])
         return _reduce_into(fn, out, reduce, total, indptr.new_empty([0]), n, counts, rounding)
-    values, arg = _ops.segment_reduce(src, indptr, reduce)
+    values, arg = _segment_reduce(src, indptr, reduce)
     if perm is not None and (reduce == "min" or reduce == "max"):
         arg = _original_arg(arg, perm, dim, n)
     if out is None:

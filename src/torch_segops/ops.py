@@ -115,8 +115,50 @@ def _memory_overlaps(a: Tensor, b: Tensor) -> bool:
 def _integer_mean(src: Tensor, indptr: Tensor) -> Tensor:
     """pytorch_scatter's integer mean: the sum in the integer type divided by the segment length with
     C++ integer division (truncation toward zero); an empty segment gives 0."""
-    total = _ops.segment_reduce(src, indptr, "sum")[0]
+    total = _ops.segment_sum(src, indptr)
     return torch.div(total, _segment_lengths(indptr, total), rounding_mode="trunc")
+
+
+def _no_arg(src: Tensor) -> Tensor:
+    """The arg of a reduction without one (sum, mean, logsumexp): an empty int64 tensor."""
+    return torch.empty([0], dtype=torch.long, device=src.device)
+
+
+def _segment_reduce(src: Tensor, indptr: Tensor, reduce: str) -> Tuple[Tensor, Tensor]:
+    """(values, arg) of the compiled op of ``reduce`` ("sum"/"add", "mean", "min", "max", "logsumexp"):
+    the one place that maps a reduce name to its op (one op per reduction, no string crosses into C++:
+    docs/design.md). arg is the argmin/argmax for min/max, empty otherwise."""
+    if reduce == "sum" or reduce == "add":
+        return _ops.segment_sum(src, indptr), _no_arg(src)
+    if reduce == "mean":
+        return _ops.segment_mean(src, indptr), _no_arg(src)
+    if reduce == "min":
+        return _ops.segment_min(src, indptr)
+    if reduce == "max":
+        return _ops.segment_max(src, indptr)
+    if reduce == "logsumexp":
+        return _ops.segment_logsumexp(src, indptr), _no_arg(src)
+    raise ValueError(f"torch_segops: unknown reduction '{reduce}'")
+
+
+def _segment_reduce_out(src: Tensor, indptr: Tensor, reduce: str, out: Tensor) -> Tensor:
+    """_segment_reduce written into ``out`` (checked by the caller) by the op's out= form; returns arg."""
+    if reduce == "min" or reduce == "max":
+        arg = torch.empty(out.shape, dtype=torch.long, device=src.device)
+        if reduce == "min":
+            _ops.segment_min_out(src, indptr, out, arg)
+        else:
+            _ops.segment_max_out(src, indptr, out, arg)
+        return arg
+    if reduce == "sum" or reduce == "add":
+        _ops.segment_sum_out(src, indptr, out)
+    elif reduce == "mean":
+        _ops.segment_mean_out(src, indptr, out)
+    elif reduce == "logsumexp":
+        _ops.segment_logsumexp_out(src, indptr, out)
+    else:
+        raise ValueError(f"torch_segops: unknown reduction '{reduce}'")
+    return _no_arg(src)
 
 
 def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
@@ -128,13 +170,11 @@ def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str, out: Optional[Ten
         if out is not None and not integer_mean and _in_place(out, src, indptr):
             shape = _reduced_shape(src, indptr, indptr.size(-1) - 1)
             _check_out(fn, out, src.dtype, src.device, shape)
-            arg = torch.empty(shape if reduce in ("min", "max") else (0,), dtype=torch.long, device=src.device)
-            _ops.segment_reduce_out(src, indptr, reduce, out, arg)
-            return out, arg
+            return out, _segment_reduce_out(src, indptr, reduce, out)
     if integer_mean:
-        values, arg = _integer_mean(src, indptr), indptr.new_empty([0], dtype=torch.long)
+        values, arg = _integer_mean(src, indptr), _no_arg(src)
     else:
-        values, arg = _ops.segment_reduce(src, indptr, reduce)
+        values, arg = _segment_reduce(src, indptr, reduce)
     return _write_out(fn, out, values), arg
 
 

@@ -9,7 +9,8 @@
 // lanes, aligned or not) and plan (default tuning, tiny chunks that force deep carry levels, tiny groups
 // of the short-segment kernel on every F > 1 input):
 //   - results equal a naive sequential reference (bitwise for sum/mean/min/max/gather/backward on
-//     integer-valued data, within tolerance for logsumexp/softmax);
+//     integer-valued data, within tolerance for logsumexp/softmax; softmax also at offsets of 1e7, and
+//     6e4 for float16, against a float64 reference);
 //   - results are bitwise identical whatever order the threads run in;
 //   - invalid indptr never reads or writes out of bounds (built with -fsanitize=address,undefined,
 //     including alignment of the vector loads) and is reported with the CPU's first bad position;
@@ -519,38 +520,46 @@ void run_gather_case(const Problem& pb, const Tuning& tune, int misalign, bool i
   }
 }
 
+// Large offsets for the softmax forward: 1e7 (float32 gave 0.368 for [1e7, 1e7] when softmax was
+// exp(x - lse)), near float16's maximum for half.
+template <typename T> double large_offset() { return std::is_same_v<T, Half> ? 6e4 : 1e7; }
+
+// forward: x = integer-valued data + offset; backward: y = the data itself (so its reference is exact)
 template <typename T>
-void run_softmax_case(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
+void run_softmax_case(const Problem& pb, const Tuning& tune, int misalign, bool invalid, double offset) {
   using A = acc_t<T>;
+  using Fn = SoftmaxFn<T>;
   std::mt19937_64 rng(pb.N * 3 + pb.S + 5);
   const int64_t B = pb.B(), N = pb.N, S = pb.S, F = pb.F, n = B * N * F;
-  Buf<T> x = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, false);
+  Buf<T> y = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, false);
   Buf<T> gr = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, false);
+  Buf<T> x(static_cast<size_t>(n), misalign == 1);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<A>(as_double(y[i]) + offset));
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);
-  const bool xa = reinterpret_cast<uintptr_t>(x.p) % 16 == 0;
+  const bool xa = reinterpret_cast<uintptr_t>(x.p) % 16 == 0, ya = reinterpret_cast<uintptr_t>(y.p) % 16 == 0;
 
   Buf<T> first_sm, first_bw;
   for (int order = 0; order < 3; ++order) {
     HostExec ex;
     ex.order = order;
-    // forward: lse = segment logsumexp, out = exp(x - lse)
+    // forward: the segments' max and sum of exp(x - max), then out = exp(x - max) / sum
     HostErrors he;
-    Buf<A> lse(static_cast<size_t>(B * S * F));
-    run_reduce<LogSumExpOp<A>>(ex, g, SrcLoad<T>{x.p}, lse.p, nullptr, he.ctx(kOpSoftmax, N), xa, tune);
+    Buf<typename Fn::State> stats(static_cast<size_t>(B * S * F));
+    run_reduce<typename Fn::Stats>(ex, g, SrcLoad<T>{x.p}, stats.p, nullptr, he.ctx(kOpSoftmax, N), xa, tune);
     check_error_report(pb, he, N, "softmax");
     Buf<T> out(static_cast<size_t>(n), misalign != 0);
-    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxFn<T>{x.p, lse.p}, out.p, Publish{}, xa, tune);
-    // backward with y = x (integer-valued, so the reference is exact): y * (g - segsum(g * y))
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, Fn{x.p, stats.p}, out.p, Publish{}, xa, tune);
+    // backward: y * (g - segsum(g * y))
     HostErrors he2;
     Buf<A> dot(static_cast<size_t>(B * S * F));
     const bool ga = reinterpret_cast<uintptr_t>(gr.p) % 16 == 0;
-    run_reduce<SumOp<A>>(ex, g, ProdLoad<T>{gr.p, x.p}, dot.p, nullptr, he2.ctx(kOpSoftmaxBackward, N), xa && ga,
+    run_reduce<SumOp<A>>(ex, g, ProdLoad<T>{gr.p, y.p}, dot.p, nullptr, he2.ctx(kOpSoftmaxBackward, N), ya && ga,
                          tune);
     check_error_report(pb, he2, N, "softmax backward");
     Buf<T> gin(static_cast<size_t>(n), misalign != 0);
-    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxBackwardFn<T>{x.p, gr.p, dot.p}, gin.p, Publish{}, xa && ga, tune);
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxBackwardFn<T>{y.p, gr.p, dot.p}, gin.p, Publish{}, ya && ga, tune);
     if (invalid) continue;
     if (order == 0) {
       for (int64_t b = 0; b < B; ++b) {
@@ -560,23 +569,23 @@ void run_softmax_case(const Problem& pb, const Tuning& tune, int misalign, bool 
           for (int64_t f = 0; f < F; ++f) {
             const int64_t e = (b * N + r) * F + f;
             T want_sm = T(0), want_bw = T(0);
-            if (s >= 0) {
-              typename LogSumExpOp<A>::State st = LogSumExpOp<A>::identity();
+            if (s >= 0) {  // softmax of the stored x in double, two passes; the backward in A
+              double m = -std::numeric_limits<double>::infinity(), sum = 0;
               A d = 0;
+              for (int64_t k = p[s]; k < p[s + 1]; ++k) m = std::max(m, as_double(x[(b * N + k) * F + f]));
               for (int64_t k = p[s]; k < p[s + 1]; ++k) {
                 const int64_t ek = (b * N + k) * F + f;
-                LogSumExpOp<A>::step(st, static_cast<A>(x[ek]), k);
-                d += static_cast<A>(gr[ek]) * static_cast<A>(x[ek]);
+                sum += std::exp(as_double(x[ek]) - m);
+                d += static_cast<A>(gr[ek]) * static_cast<A>(y[ek]);
               }
-              const A l = LogSumExpOp<A>::finalize(st, p[s + 1] - p[s]);
-              want_sm = static_cast<T>(std::exp(static_cast<A>(x[e]) - l));
-              want_bw = static_cast<T>(static_cast<A>(x[e]) * (static_cast<A>(gr[e]) - d));
+              want_sm = static_cast<T>(static_cast<A>(std::exp(as_double(x[e]) - m) / sum));
+              want_bw = static_cast<T>(static_cast<A>(y[e]) * (static_cast<A>(gr[e]) - d));
             }
-            EXPECT(close_value(out[e], want_sm, tol_for<T>() * 10), "softmax e%lld: %g vs %g", (long long)e,
-                   as_double(out[e]), as_double(want_sm));
+            EXPECT(close_value(out[e], want_sm, tol_for<T>()), "softmax (offset %g) e%lld: %g vs %g", offset,
+                   (long long)e, as_double(out[e]), as_double(want_sm));
             EXPECT(same_value(gin[e], want_bw), "softmax backward e%lld: %g vs %g", (long long)e,
                    as_double(gin[e]), as_double(want_bw));
-            if (!close_value(out[e], want_sm, tol_for<T>() * 10) || !same_value(gin[e], want_bw)) return;
+            if (!close_value(out[e], want_sm, tol_for<T>()) || !same_value(gin[e], want_bw)) return;
           }
         }
       }
@@ -594,7 +603,10 @@ void run_softmax_case(const Problem& pb, const Tuning& tune, int misalign, bool 
 template <typename T> void run_all_ops(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   run_reduce_all<T>(pb, tune, misalign, invalid);
   if (pb.N == pb.S) run_gather_case<T>(pb, tune, misalign, invalid);
-  if constexpr (std::is_floating_point_v<acc_t<T>>) run_softmax_case<T>(pb, tune, misalign, invalid);
+  if constexpr (std::is_floating_point_v<acc_t<T>>) {
+    run_softmax_case<T>(pb, tune, misalign, invalid, 0.0);
+    if (!invalid) run_softmax_case<T>(pb, tune, misalign, false, large_offset<T>());
+  }
 }
 
 // SEGOPS_EMU_QUICK (CI): one dtype per kernel path: float (4-wide vectors), bfloat16 (8-wide, float

@@ -318,14 +318,18 @@ void softmax_kernel(const CsrArgs& a, const Tensor& out) {
   dispatch_dtype(a.src.scalar_type(), false, "segment_softmax_csr", "src", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const std::unique_ptr<A[]> lse(new A[static_cast<size_t>(a.B * a.S * a.F)]);  // all written by reduce_csr
+    using Stats = StateResult<LogSumExpOp<A>>;  // per segment and feature: max and sum of exp(x - max)
+    using State = typename Stats::State;
+    const std::unique_ptr<State[]> stats(new State[static_cast<size_t>(a.B * a.S * a.F)]);  // all written
     const T* x = cptr<T>(a.src);
-    reduce_csr<LogSumExpOp<A>>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, lse.get(), nullptr);
-    const A* l = lse.get();
-    // A +inf in the segment makes the whole segment NaN, as torch.softmax does (inf - inf).
+    reduce_csr<Stats>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, stats.get(), nullptr);
+    const State* st = stats.get();
+    // exp(x - max) / sum in A, never exp(x - lse) (see StateResult). A +inf in the segment makes the
+    // whole segment NaN, as torch.softmax does (inf - inf).
     constexpr A kInf = std::numeric_limits<A>::infinity(), kNaN = std::numeric_limits<A>::quiet_NaN();
-    expand_csr(a, a.N, mptr<T>(out), [x, l](int64_t re, int64_t se) {
-      return static_cast<T>(l[se] == kInf ? kNaN : exp_approx(to_acc<A>(x[re]) - l[se]));
+    expand_csr(a, a.N, mptr<T>(out), [x, st](int64_t re, int64_t se) {
+      const State& s = st[se];
+      return static_cast<T>(s.m == kInf ? kNaN : exp_approx(to_acc<A>(x[re]) - s.m) / s.s);
     });
   });
 }

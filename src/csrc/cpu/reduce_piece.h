@@ -212,6 +212,7 @@ template <typename T> struct TwoPass<LogSumExpOp<T>> {
   using A = T;
   using ValueOp = ExtremeValueOp<T, true>;
 };
+template <class Op> struct TwoPass<StateResult<Op>> : TwoPass<Op> {};
 
 constexpr int64_t kMaxPieceFeatures = 256;  // fn <= this (the feature tile of a work unit)
 

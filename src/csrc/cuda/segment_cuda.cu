@@ -26,6 +26,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -435,8 +436,9 @@ struct CudaBackend {
     dispatch_floating(a.src.scalar_type(), op, "src", [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* x = cptr<T>(a.src);
-      reduce_then_expand<LogSumExpOp<acc_t<T>>, T>(a, out, SrcLoad<T>{x}, aligned16(x),
-                                                   [&](const acc_t<T>* lse) { return SoftmaxFn<T>{x, lse}; });
+      using Fn = SoftmaxFn<T>;
+      reduce_then_expand<typename Fn::Stats, T>(a, out, SrcLoad<T>{x}, aligned16(x),
+                                               [&](const typename Fn::State* stats) { return Fn{x, stats}; });
     });
   }
 
@@ -453,17 +455,22 @@ struct CudaBackend {
   void finish() { call.finish(); }
 
  private:
-  // Softmax and its backward: per-segment statistics (Op over `load`'s rows, in acc_t<T>, [B, S, F]),
-  // then every row of `result` from its segment's statistic (make_fn(stats) -> an expansion functor).
-  // in_aligned: load's pointers are 16-byte aligned (and so are make_fn's row inputs).
+  // Softmax and its backward: per-segment statistics (Op's results over `load`'s rows, [B, S, F]: an
+  // acc_t<T>, or a whole state for StateResult), then every row of `result` from its segment's statistic
+  // (make_fn(stats) -> an expansion functor). in_aligned: load's pointers are 16-byte aligned (and so are
+  // make_fn's row inputs).
   template <class Op, typename T, class Load, class MakeFn>
   void reduce_then_expand(const CsrArgs& a, const Tensor& result, const Load& load, bool in_aligned,
                           const MakeFn& make_fn) {
     using A = acc_t<T>;
-    Tensor stats = new_tensor(a.src, {a.B * a.S * a.F}, scalar_type_of<A>(), op, "softmax statistics");
-    reduce_with<Op>(load, mptr<A>(stats), nullptr, a.N, in_aligned);
+    using Stat = decltype(Op::finalize(std::declval<typename Op::State>(), 0));
+    static_assert(sizeof(Stat) % sizeof(A) == 0, "a statistic is a whole number of acc_t<T>");
+    constexpr int64_t kWords = sizeof(Stat) / sizeof(A);
+    Tensor stats = new_tensor(a.src, {a.B * a.S * a.F * kWords}, scalar_type_of<A>(), op, "softmax statistics");
+    Stat* st = reinterpret_cast<Stat*>(mptr<A>(stats));
+    reduce_with<Op>(load, st, nullptr, a.N, in_aligned);
     T* o = mptr<T>(result);
-    run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(cptr<A>(stats)), o, Publish{}, in_aligned);
+    run_expand<SrcLoad<T>::kVec>(call, g, a.N, make_fn(static_cast<const Stat*>(st)), o, Publish{}, in_aligned);
   }
 };
 

@@ -384,7 +384,7 @@ template <class Load, int V> struct LaneFetch {
 // Folds rows [row0, row0 + count) into st[V]; positions are absolute rows along dim.
 template <class Op, int V, class Fetch>
 SEGOPS_HD void reduce_rows(typename Op::State (&st)[V], Fetch& fetch, int64_t row0, int64_t count) {
-  using A = std::remove_reference_t<decltype(Op::finalize(st[0], 0))>;
+  using A = typename Fetch::A;
 SEGOPS_UNROLL
   for (int v = 0; v < V; ++v) st[v] = Op::identity();
   int64_t r = 0;
@@ -1288,17 +1288,25 @@ template <typename T> struct GatherFn {
   }
 };
 
+// exp(x - max) / sum in A from the segment's logsumexp state, never exp(x - lse) (see StateResult). A +inf
+// in the segment makes the whole segment NaN, as torch.softmax does (inf - inf).
 template <typename T> struct SoftmaxFn {
   using OutT = T;
   using A = acc_t<T>;
+  using Stats = StateResult<LogSumExpOp<A>>;  // the reducer of the statistics
+  using State = typename Stats::State;
   const T* x;
-  const A* lse;  // [B, S, F]
+  const State* stats;  // [B, S, F]: max and sum of exp(x - max)
   template <int V> SEGOPS_HD void apply(int64_t e, int64_t se, T (&o)[V]) const {
-    A xv[V], lv[V];
+    A xv[V];
+    State sv[V];
     load_vec<V>(x, e, xv);
-    load_vec<V>(lse, se, lv);
+    load_vec<V>(stats, se, sv);
 SEGOPS_UNROLL
-    for (int j = 0; j < V; ++j) o[j] = static_cast<T>(std::exp(xv[j] - lv[j]));
+    for (int j = 0; j < V; ++j) {
+      const A y = std::exp(xv[j] - sv[j].m) / sv[j].s;
+      o[j] = static_cast<T>(sv[j].m == std::numeric_limits<A>::infinity() ? std::numeric_limits<A>::quiet_NaN() : y);
+    }
   }
 };
 

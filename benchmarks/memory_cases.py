@@ -1,0 +1,183 @@
+"""Every public op of torch_segops as a repeatable call on small CPU inputs, and the memory counters
+that tell whether calls leave memory behind. Shared by tests/test_memory.py (heap growth per call, CI)
+and benchmarks/soak.py (heap and RSS slopes over minutes).
+
+CASES maps "function" or "function[variant]" to a factory that builds the inputs once and returns a
+call without arguments. A case with a gradient runs the forward and the backward (autograd.grad),
+so the op's forward, its backward and the ops the backward calls are all exercised. OP_CASES does the
+same for every compiled op (torch.ops.torch_segops.<name>), called directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import Callable, Dict, Optional
+
+import torch
+
+import torch_segops as so
+
+# Names in torch_segops.__all__ that compute nothing (every other name must have a case).
+NOT_OPS = {"LibraryLoadError", "ScatterPlan", "__version__", "build_info", "check_errors", "library_path"}
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _mallinfo2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_in_use() -> Optional[int]:
+    """Bytes glibc's malloc has handed out and not had back (uordblks + hblkhd), or None without glibc
+    >= 2.33."""
+    if _MALLINFO2 is None:
+        return None
+    m = _MALLINFO2()
+    return m.uordblks + m.hblkhd
+
+
+def rss_bytes() -> int:
+    """This process's resident set (VmRSS), in bytes."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+# ---- inputs ------------------------------------------------------------------------------------------
+
+def _src():
+    return torch.randn(6, 3, dtype=torch.float32)
+
+
+INDPTR = [0, 2, 2, 6]      # three segments of src's 6 rows, one empty
+INDEX = [0, 0, 2, 2, 2, 2]  # the same as a sorted COO index
+UNSORTED = [2, 0, 2, 1, 0, 2]
+
+
+def _forward(fn, *args, **kwargs) -> Callable[[], None]:
+    def call():
+        fn(*args, **kwargs)
+    return call
+
+
+def _with_grad(fn, *args, **kwargs) -> Callable[[], None]:
+    """forward and backward w.r.t. src (the first argument); tuple results: the values."""
+    x = _src().requires_grad_()
+
+    def values():
+        y = fn(x, *args, **kwargs)
+        return y[0] if isinstance(y, tuple) else y
+
+    grad = torch.ones_like(values())
+
+    def call():
+        torch.autograd.grad(values(), x, grad)
+    return call
+
+
+def _softmax_double_backward() -> Callable[[], None]:
+    x = _src().requires_grad_()
+    indptr = torch.tensor(INDPTR)
+    g = torch.randn(6, 3)
+
+    def call():
+        (gx,) = torch.autograd.grad(so.segment_softmax_csr(x, indptr), x, g, create_graph=True)
+        torch.autograd.grad(gx.sum(), x)
+    return call
+
+
+def _out_call(fn, rows, *args, **kwargs) -> Callable[[], None]:
+    """fn(src, *args, out=out) into a preallocated out (the in-place ops for the CSR forms)."""
+    src = _src()
+    out = torch.zeros(rows, 3)
+
+    def call():
+        fn(src, *args, out=out, **kwargs)
+    return call
+
+
+def _cases() -> Dict[str, Callable[[], Callable[[], None]]]:
+    """The public functions: every one in torch_segops.__all__ that computes (aliases share a case),
+    with its backward where it has one, and the out= forms that take their own path."""
+    ip = torch.tensor(INDPTR)
+    idx = torch.tensor(INDEX)
+    unsorted = torch.tensor(UNSORTED)
+    seg_rows = torch.randn(3, 3)
+    cases: Dict[str, Callable[[], Callable[[], None]]] = {}
+    for name in ("segment_sum_csr", "segment_mean_csr", "segment_min_csr", "segment_max_csr",
+                 "segment_logsumexp_csr", "segment_softmax_csr"):
+        fn = getattr(so, name)
+        cases[name] = lambda fn=fn: _with_grad(fn, ip)
+    cases["segment_sum_csr[out]"] = lambda: _out_call(so.segment_sum_csr, 3, ip)
+    cases["segment_max_csr[out]"] = lambda: _out_call(so.segment_max_csr, 3, ip)
+    cases["segment_mean_csr[int]"] = lambda: _forward(so.segment_mean_csr, torch.arange(18).reshape(6, 3), ip)
+    cases["segment_softmax_csr[double backward]"] = _softmax_double_backward
+    cases["segment_csr"] = lambda: _with_grad(so.segment_csr, ip, reduce="mean")
+    cases["gather_csr"] = lambda: _with_grad_rows(so.gather_csr, seg_rows, ip)
+    cases["gather_csr[out]"] = lambda: _forward(so.gather_csr, seg_rows, ip, out=torch.zeros(6, 3))
+    for name in ("segment_sum_coo", "segment_mean_coo", "segment_min_coo", "segment_max_coo"):
+        fn = getattr(so, name)
+        cases[name] = lambda fn=fn: _with_grad(fn, idx)
+    cases["segment_sum_coo[out]"] = lambda: _out_call(so.segment_sum_coo, 3, idx)
+    cases["segment_max_coo[out]"] = lambda: _out_call(so.segment_max_coo, 3, idx)
+    cases["segment_coo"] = lambda: _with_grad(so.segment_coo, idx, reduce="max")
+    cases["gather_coo"] = lambda: _with_grad_rows(so.gather_coo, seg_rows, idx)
+    for name in ("scatter_sum", "scatter_mean", "scatter_min", "scatter_max"):
+        fn = getattr(so, name)
+        cases[name] = lambda fn=fn: _with_grad(fn, unsorted, 0)
+    cases["scatter_mean[out]"] = lambda: _out_call(so.scatter_mean, 3, unsorted, 0)
+    cases["scatter_min[out]"] = lambda: _out_call(so.scatter_min, 3, unsorted, 0)
+    cases["scatter"] = lambda: _with_grad(so.scatter, unsorted, 0, reduce="sum")
+    cases["scatter_sum[plan]"] = lambda: _with_grad(so.scatter_sum, unsorted, 0, plan=so.scatter_plan(unsorted, 3))
+    cases["scatter_plan"] = lambda: _forward(so.scatter_plan, unsorted, 3)
+    return cases
+
+
+def _op_cases() -> Dict[str, Callable[[], Callable[[], None]]]:
+    """The compiled ops (torch.ops.torch_segops.*), called directly: the only code that crosses the
+    stable ABI, so the one place a C++ leak can hide."""
+    ops = torch.ops.torch_segops
+    ip = torch.tensor(INDPTR)
+    seg_rows = torch.randn(3, 3)
+    cases: Dict[str, Callable[[], Callable[[], None]]] = {}
+    for reduce in ("sum", "mean", "min", "max", "logsumexp"):
+        op, op_out = getattr(ops, f"segment_{reduce}"), getattr(ops, f"segment_{reduce}_out")
+        arg = [torch.zeros(3, 3, dtype=torch.long)] if reduce in ("min", "max") else []
+        cases[f"segment_{reduce}"] = lambda op=op: _forward(op, _src(), ip)
+        cases[f"segment_{reduce}_out"] = lambda op=op_out, arg=arg: _forward(op, _src(), ip, torch.zeros(3, 3), *arg)
+    cases["gather_csr"] = lambda: _forward(ops.gather_csr, seg_rows, ip, 6)
+    cases["gather_csr_out"] = lambda: _forward(ops.gather_csr_out, seg_rows, ip, torch.zeros(6, 3))
+    cases["segment_softmax"] = lambda: _forward(ops.segment_softmax, _src(), ip)
+    cases["segment_softmax_backward"] = lambda: _forward(ops.segment_softmax_backward, _src(), _src(), ip)
+    cases["index_to_indptr"] = lambda: _forward(ops.index_to_indptr, torch.tensor(INDEX), 3, True)
+    return cases
+
+
+def _with_grad_rows(fn, rows: torch.Tensor, index: torch.Tensor) -> Callable[[], None]:
+    """gather: forward and backward w.r.t. the segment rows."""
+    x = rows.clone().requires_grad_()
+    grad = torch.ones_like(fn(x, index))
+
+    def call():
+        torch.autograd.grad(fn(x, index), x, grad)
+    return call
+
+
+CASES = _cases()
+OP_CASES = _op_cases()
