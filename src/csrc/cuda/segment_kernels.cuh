@@ -10,9 +10,9 @@
 // with each thread a fiber, phase by phase between barriers (tests/cuda_emulation/block_emulation.h). That
 // is how the index arithmetic, the barriers and the clamping of invalid offsets are tested without a GPU.
 //
-// Reductions (segment_reduce, and the per-segment parts of softmax and its backward), three plans chosen
-// from the shapes and the process's allowed set (TORCH_SEGOPS_CUDA_PLANS, cuda_plans.h; plan_reduce), never
-// from the data. By default:
+// Reductions (the segment_<reduction> ops, and the per-segment parts of softmax and its backward), three
+// plans chosen from the shapes and the process's allowed set (TORCH_SEGOPS_CUDA_PLANS, cuda_plans.h;
+// plan_reduce), never from the data. By default:
 //   - short segments (F > 1 and N <= Tuning::short_avg_max * S, an average of at most 16 rows): ReduceShort,
 //     one pass. A group of G lanes (features across lanes, 16-byte vector loads) owns about 64 rows' worth
 //     of whole segments and reads their rows 8 at a time across segment borders (rows in flight per thread
