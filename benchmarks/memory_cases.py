@@ -19,7 +19,8 @@ import torch
 import torch_segops as so
 
 # Names in torch_segops.__all__ that compute nothing (every other name must have a case).
-NOT_OPS = {"LibraryLoadError", "ScatterPlan", "__version__", "build_info", "check_errors", "library_path"}
+NOT_OPS = {"LibraryLoadError", "ScatterPlan", "__version__", "build_info", "check_errors", "cuda_plan_counts",
+           "cuda_plans", "library_path", "set_cuda_plans"}
 
 
 class _MallInfo2(ctypes.Structure):

@@ -18,6 +18,7 @@ benchmarks/results/soak-2026-11-25.md). benchmarks/soak.py runs the same cases f
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 import sys
 
@@ -55,8 +56,8 @@ def test_every_op_and_public_function_has_a_case():
     public = {name for name in so.__all__ if name not in NOT_OPS}
     covered = {name.split("[")[0] for name in CASES}
     # aliases (segment_add_csr = segment_sum_csr, ...) wrap the same function
-    canonical = {getattr(so, name).__wrapped__: name for name in sorted(covered)}
-    missing = {name for name in public if getattr(so, name).__wrapped__ not in canonical}
+    canonical = {inspect.unwrap(getattr(so, name)) for name in covered}
+    missing = {name for name in public if inspect.unwrap(getattr(so, name)) not in canonical}
     assert not missing, f"no memory case for {sorted(missing)}"
 
 
