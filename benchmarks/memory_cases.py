@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Callable, Dict, Optional
+import sys
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -180,5 +181,35 @@ def _with_grad_rows(fn, rows: torch.Tensor, index: torch.Tensor) -> Callable[[],
     return call
 
 
+def large_max_case() -> Callable[[], None]:
+    """segment_max_csr on 4000 x 1000 with 4000 segments (24 MB of values and argmax a call): before the
+    fix, the leaked 48-byte blocks pinned the freed outputs and the RSS grew by 6.1 GB in 200 calls."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.randn(4000, 1000, generator=g)
+    indptr = torch.randint(0, 4001, (4001,), generator=g).sort().values
+    indptr[0], indptr[-1] = 0, 4000
+    return _forward(so.segment_max_csr, src, indptr)
+
+
+def rss_growth(calls: int, bound: int) -> Tuple[int, int]:
+    """(RSS growth in bytes, calls made) over up to `calls` calls of large_max_case after 10 warm-up calls,
+    stopping at the first call that grows the RSS by `bound` bytes or more. Run it in a fresh process: how
+    glibc places (and pins) large blocks depends on what the process allocated before."""
+    call = large_max_case()
+    for _ in range(10):
+        call()
+    before = rss_bytes()
+    grown = 0
+    for k in range(calls):
+        call()
+        grown = rss_bytes() - before
+        if grown >= bound:
+            return grown, k + 1
+    return grown, calls
+
+
 CASES = _cases()
 OP_CASES = _op_cases()
+
+if __name__ == "__main__":  # python memory_cases.py CALLS BOUND: "grown calls" of rss_growth
+    print(*rss_growth(int(sys.argv[1]), int(sys.argv[2])))

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Tuple
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from memory_cases import CASES, OP_CASES, heap_in_use, rss_bytes  # noqa: E402
+from memory_cases import CASES, OP_CASES, heap_in_use, large_max_case, rss_bytes  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 
@@ -34,23 +34,10 @@ SAMPLES = 20
 WARMUP_SECONDS = 0.5
 
 
-def _large_max() -> Callable[[], None]:
-    """segment_max_csr on 4000 x 1000 with 4000 segments (24 MB of outputs a call): the case whose RSS grew
-    by 6.1 GB in 200 calls before the fix (issue #25)."""
-    g = torch.Generator().manual_seed(0)
-    src = torch.randn(4000, 1000, generator=g)
-    indptr = torch.randint(0, 4001, (4001,), generator=g).sort().values
-    indptr[0], indptr[-1] = 0, 4000
-
-    def call():
-        so.segment_max_csr(src, indptr)
-    return call
-
-
 def all_cases() -> Dict[str, Callable[[], Callable[[], None]]]:
     cases = {f"op {name}": make for name, make in OP_CASES.items()}
     cases.update({name: make for name, make in CASES.items()})
-    cases["segment_max_csr[4000 x 1000, 4000 segments]"] = _large_max
+    cases["segment_max_csr[4000 x 1000, 4000 segments]"] = large_max_case
     return cases
 
 
