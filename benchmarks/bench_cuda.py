@@ -107,10 +107,9 @@ def try_cuda_time(fn, repeats, warmup):
 # ---- ops ---------------------------------------------------------------------------------------------
 
 def segops_fn(op, src, indptr, n_out_rows):
-    if op in ("sum", "mean", "logsumexp"):
-        return lambda: torch.ops.torch_segops.segment_reduce(src, indptr, op)[0]
-    if op == "max":
-        return lambda: torch.ops.torch_segops.segment_reduce(src, indptr, "max")
+    if op in ("sum", "mean", "logsumexp", "max"):  # one op per reduction; max returns (values, argmax)
+        reduce = getattr(torch.ops.torch_segops, f"segment_{op}")
+        return lambda: reduce(src, indptr)
     if op == "softmax":
         return lambda: so.segment_softmax_csr(src, indptr)
     if op == "gather":

@@ -2,10 +2,11 @@
 over and over for minutes on the CPU, with the heap and RSS slopes of each.
 
 Per case (benchmarks/memory_cases.py: OP_CASES, CASES, plus one large call) it warms up, then calls
-the case for its share of the time, sampling (calls, heap bytes in use, RSS) about 20 times; the slopes
-are least-squares fits of heap and RSS against the call count (bytes per call), and the growth is the
-last sample minus the first. A leak shows as a heap slope of at least the size of the leaked block
-(24 bytes or more); noise sits near 0.
+the case for its share of the time (at least 2,000 calls; 200 for the large one), sampling (calls, heap
+bytes in use, RSS) 21 times; the slopes are least-squares fits of heap and RSS against the call count
+(bytes per call), and the growth is the last sample minus the first. A leak shows as a heap slope and a
+growth per call of at least the size of the leaked block (24 bytes or more); a one-off allocation (a
+cache entry, a resized table) shows as a growth of its size that does not grow with the calls.
 
     python benchmarks/soak.py                  # 5 minutes in all
     python benchmarks/soak.py --minutes 1      # shorter
@@ -32,12 +33,14 @@ import torch_segops as so  # noqa: E402
 
 SAMPLES = 20
 WARMUP_SECONDS = 0.5
+MIN_CALLS = 2000
 
 
-def all_cases() -> Dict[str, Callable[[], Callable[[], None]]]:
-    cases = {f"op {name}": make for name, make in OP_CASES.items()}
-    cases.update({name: make for name, make in CASES.items()})
-    cases["segment_max_csr[4000 x 1000, 4000 segments]"] = large_max_case
+def all_cases() -> Dict[str, Tuple[Callable[[], Callable[[], None]], int]]:
+    """name -> (factory, the fewest calls to make)."""
+    cases = {f"op {name}": (make, MIN_CALLS) for name, make in OP_CASES.items()}
+    cases.update({name: (make, MIN_CALLS) for name, make in CASES.items()})
+    cases["segment_max_csr[4000 x 1000, 4000 segments]"] = (large_max_case, 200)
     return cases
 
 
@@ -48,25 +51,26 @@ def slope(xs: List[float], ys: List[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
 
 
-def soak(make: Callable[[], Callable[[], None]], seconds: float) -> Tuple[int, float, int, float, int]:
-    """(calls, heap slope bytes/call, heap growth bytes, RSS slope bytes/call, RSS growth bytes)."""
+def soak(make: Callable[[], Callable[[], None]], seconds: float, min_calls: int) -> Tuple[int, float, int, float, int]:
+    """(calls, heap slope bytes/call, heap growth bytes, RSS slope bytes/call, RSS growth bytes). The calls
+    are max(min_calls, what fits in `seconds` at the warm-up's rate), in SAMPLES equal parts."""
     call = make()
-    end = time.perf_counter() + WARMUP_SECONDS
-    while time.perf_counter() < end:
+    n, t0 = 0, time.perf_counter()
+    while n < 10 or time.perf_counter() - t0 < WARMUP_SECONDS:
         call()
-    gc.collect()
-    calls, xs, heap, rss = 0, [], [], []
-    t0 = time.perf_counter()
+        n += 1
+    rate = n / (time.perf_counter() - t0)
+    per_sample = max(1, round(max(min_calls, rate * seconds) / SAMPLES))
+    xs, heap, rss = [], [], []
     for k in range(SAMPLES + 1):
-        until = t0 + seconds * k / SAMPLES
-        while time.perf_counter() < until:
-            call()
-            calls += 1
+        if k:
+            for _ in range(per_sample):
+                call()
         gc.collect()
-        xs.append(float(calls))
+        xs.append(float(k * per_sample))
         heap.append(float(heap_in_use() or 0))
         rss.append(float(rss_bytes()))
-    return calls, slope(xs, heap), int(heap[-1] - heap[0]), slope(xs, rss), int(rss[-1] - rss[0])
+    return SAMPLES * per_sample, slope(xs, heap), int(heap[-1] - heap[0]), slope(xs, rss), int(rss[-1] - rss[0])
 
 
 def main(argv=None) -> int:
@@ -81,7 +85,7 @@ def main(argv=None) -> int:
     if not cases:
         print(f"no case matches {args.only!r}", file=sys.stderr)
         return 2
-    seconds = max(1.0, args.minutes * 60 / len(cases) - WARMUP_SECONDS)
+    seconds = max(1.0, args.minutes * 60 / len(cases) - WARMUP_SECONDS)  # (at least MIN_CALLS calls)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"soak: {now}, {platform.node()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
           f"torch_segops {so.__version__} ({so.build_info()['library']}), {torch.get_num_threads()} threads, "
@@ -90,12 +94,12 @@ def main(argv=None) -> int:
     print("| case | calls | heap slope (bytes/call) | heap growth (bytes) | RSS slope (bytes/call) | RSS growth (bytes) |")
     print("|---|---|---|---|---|---|")
     worst = 0.0
-    for name, make in cases.items():
-        calls, hs, hg, rs, rg = soak(make, seconds)
-        worst = max(worst, hs)
-        print(f"| {name} | {calls} | {hs:.3f} | {hg} | {rs:.3f} | {rg} |", flush=True)
+    for name, (make, min_calls) in cases.items():
+        calls, hs, hg, rs, rg = soak(make, seconds, min_calls)
+        worst = max(worst, hg / calls)
+        print(f"| {name} | {calls} | {hs:.3f} | {hg} ({hg / calls:.3f}/call) | {rs:.1f} | {rg} |", flush=True)
     print()
-    print(f"largest heap slope: {worst:.3f} bytes per call")
+    print(f"largest heap growth per call: {worst:.3f} bytes")
     return 0
 
 
