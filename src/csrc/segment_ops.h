@@ -35,21 +35,22 @@ namespace torch_segops {
 
 template <class Backend>
 struct SegmentOps {
-  // The reduction r of src's segments into `out` and, for min/max, `arg` (the out= variant's tensors
+  // The reduction R of src's segments into `out` and, for min/max, `arg` (the out= variant's tensors
   // given_out / given_arg, or new tensors when null).
-  static std::pair<Tensor, std::optional<Tensor>> reduce_into(const Tensor& src, const Tensor& indptr, Reduce r,
+  template <Reduce R>
+  static std::pair<Tensor, std::optional<Tensor>> reduce_into(const Tensor& src, const Tensor& indptr,
                                                               const Tensor* given_out, const Tensor* given_arg) {
     const char* op = op_names(kOpSegmentCsr).name;
     const CsrArgs a = make_csr_args(src, indptr, op);
-    const bool with_arg = r == Reduce::Min || r == Reduce::Max;
-    dispatch_dtype(src.scalar_type(), r == Reduce::Sum || with_arg, op, "src", [](auto) {});
+    constexpr bool with_arg = ReduceOp<R>::kHasArg;
+    dispatch_dtype(src.scalar_type(), R == Reduce::Sum || with_arg, op, "src", [](auto) {});
     Backend be(a, kOpSegmentCsr);
     be.check_indptr(a, a.N, op_names(kOpSegmentCsr).limit_what);
     const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
     Tensor out = be.output(src, sizes, src.scalar_type(), given_out, "out");
     std::optional<Tensor> arg;
     if (with_arg) arg = be.output(src, sizes, ScalarType::Long, given_arg, "arg");
-    be.reduce(a, r, out, arg ? &*arg : nullptr);
+    be.reduce(a, R, out, arg ? &*arg : nullptr);
     be.finish();
     return {out, arg};
   }
@@ -58,7 +59,7 @@ struct SegmentOps {
   template <Reduce R>
   static std::conditional_t<ReduceOp<R>::kHasArg, std::tuple<Tensor, Tensor>, Tensor> segment(Tensor src,
                                                                                                 Tensor indptr) {
-    auto [out, arg] = reduce_into(src, indptr, R, nullptr, nullptr);
+    auto [out, arg] = reduce_into<R>(src, indptr, nullptr, nullptr);
     if constexpr (ReduceOp<R>::kHasArg) {
       return {out, *arg};
     } else {
@@ -68,12 +69,12 @@ struct SegmentOps {
 
   template <Reduce R>
   static void segment_out(Tensor src, Tensor indptr, Tensor out) {
-    reduce_into(src, indptr, R, &out, nullptr);
+    reduce_into<R>(src, indptr, &out, nullptr);
   }
 
   template <Reduce R>
   static void segment_arg_out(Tensor src, Tensor indptr, Tensor out, Tensor arg) {
-    reduce_into(src, indptr, R, &out, &arg);
+    reduce_into<R>(src, indptr, &out, &arg);
   }
 
   // size: output rows (-1: read from indptr); given_out: the out= variant's tensor (its rows are the size).
