@@ -2,7 +2,7 @@
 over and over for minutes on the CPU, with the heap and RSS slopes of each.
 
 Per case (benchmarks/memory_cases.py: OP_CASES, CASES, plus one large call) it warms up, then calls
-the case for its share of the time (at least 2,000 calls; 200 for the large one), sampling (calls, heap
+the case for its share of the time (at least 2,000 calls; 1,000 for the large one), sampling (calls, heap
 bytes in use, RSS) 21 times; the slopes are least-squares fits of heap and RSS against the call count
 (bytes per call), and the growth is the last sample minus the first. A leak shows as a heap slope and a
 growth per call of at least the size of the leaked block (24 bytes or more); a one-off allocation (a
@@ -40,7 +40,7 @@ def all_cases() -> Dict[str, Tuple[Callable[[], Callable[[], None]], int]]:
     """name -> (factory, the fewest calls to make)."""
     cases = {f"op {name}": (make, MIN_CALLS) for name, make in OP_CASES.items()}
     cases.update({name: (make, MIN_CALLS) for name, make in CASES.items()})
-    cases["segment_max_csr[4000 x 1000, 4000 segments]"] = (large_max_case, 200)
+    cases["segment_max_csr[4000 x 1000, 4000 segments]"] = (large_max_case, 1000)
     return cases
 
 
