@@ -64,12 +64,14 @@ MIXED_META = {
     "gather_coo": (lambda: so.gather_coo(SRC, META_INDEX[:3]), "index"),
     "scatter": (lambda: so.scatter(SRC, META_INDEX, 0, dim_size=2), "index"),
     "scatter_meta_plan": (lambda: so.scatter(SRC, torch.tensor([0, 0, 1, 1]), 0, plan=META_PLAN), "plan.perm"),
-    "op_segment_reduce": (lambda: _ops.segment_reduce(SRC, META_INDPTR, "max"), "indptr"),
+    "op_segment_max": (lambda: _ops.segment_max(SRC, META_INDPTR), "indptr"),
+    "op_segment_mean": (lambda: _ops.segment_mean(SRC, META_INDPTR), "indptr"),
     "op_gather_csr": (lambda: _ops.gather_csr(SRC[:2], META_INDPTR, 4), "indptr"),
     "op_segment_softmax": (lambda: _ops.segment_softmax(SRC, META_INDPTR), "indptr"),
     "op_softmax_backward": (lambda: _ops.segment_softmax_backward(SRC, SRC, META_INDPTR), "indptr"),
-    "op_segment_reduce_out": (lambda: _ops.segment_reduce_out(SRC, META_INDPTR, "sum", torch.empty(2, 2),
-                                                              torch.empty(0, dtype=torch.long)), "indptr"),
+    "op_segment_sum_out": (lambda: _ops.segment_sum_out(SRC, META_INDPTR, torch.empty(2, 2)), "indptr"),
+    "op_segment_min_out": (lambda: _ops.segment_min_out(SRC, META_INDPTR, torch.empty(2, 2),
+                                                        torch.empty(2, 2, dtype=torch.long)), "indptr"),
     "op_gather_csr_out": (lambda: _ops.gather_csr_out(SRC[:2], META_INDPTR, torch.empty(4, 2)), "indptr"),
 }
 
