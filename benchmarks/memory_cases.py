@@ -148,6 +148,9 @@ def _cases() -> Dict[str, Callable[[], Callable[[], None]]]:
     cases["scatter"] = lambda: _with_grad(so.scatter, unsorted, 0, reduce="sum")
     cases["scatter_sum[plan]"] = lambda: _with_grad(so.scatter_sum, unsorted, 0, plan=so.scatter_plan(unsorted, 3))
     cases["scatter_plan"] = lambda: _forward(so.scatter_plan, unsorted, 3)
+    for name in ("scatter_softmax", "scatter_log_softmax", "scatter_logsumexp", "scatter_std"):
+        fn = getattr(so, name)
+        cases[name] = lambda fn=fn: _with_grad(fn, unsorted, 0)
     return cases
 
 
