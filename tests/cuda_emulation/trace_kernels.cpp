@@ -560,11 +560,12 @@ template <typename T> int run(const std::string& op, int64_t F, int64_t N, std::
   g.N = N;
   T* x = alloc<T>(N * F);
   if (op == "softmax") {
-    A* lse = alloc<A>(S * F);
+    using Fn = SoftmaxFn<T>;
+    typename Fn::State* stats = alloc<typename Fn::State>(S * F);
     T* out = alloc<T>(N * F);
-    run_reduce<LogSumExpOp<A>>(ex, g, SrcLoad<T>{x}, lse, nullptr, ec, true);
-    run_expand<SrcLoad<T>::kVec>(ex, g, N, SoftmaxFn<T>{x, lse}, out, Publish{}, true);
-    std::free(lse);
+    run_reduce<typename Fn::Stats>(ex, g, SrcLoad<T>{x}, stats, nullptr, ec, true);
+    run_expand<SrcLoad<T>::kVec>(ex, g, N, Fn{x, stats}, out, Publish{}, true);
+    std::free(stats);
     std::free(out);
   } else {
     T* out = alloc<T>(S * F);
