@@ -25,7 +25,7 @@
 //
 //   trace_kernels OP DTYPE F N INDPTR_FILE [SAMPLE_WARPS]
 //   trace_kernels banks STRIDE BYTES   (the bank count of one warp instruction, lane l at byte l * STRIDE)
-//   OP: sum mean max logsumexp softmax gather; DTYPE: float32 bfloat16; INDPTR_FILE: S + 1 int64 offsets
+//   OP: sum mean max logsumexp softmax gather; DTYPE: float32 bfloat16 float64; INDPTR_FILE: S + 1 int64 offsets
 //   (gather: N is the output size and src has S rows).
 #include <cxxabi.h>
 
@@ -615,6 +615,7 @@ int main(int argc, char** argv) {
   if (ip.empty()) return 2;
   if (dtype == "float32") return run<float>(op, F, N, ip, sample);
   if (dtype == "bfloat16") return run<BF16>(op, F, N, ip, sample);
+  if (dtype == "float64") return run<double>(op, F, N, ip, sample);
   std::fprintf(stderr, "unknown dtype %s\n", dtype.c_str());
   return 2;
 }

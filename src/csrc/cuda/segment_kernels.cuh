@@ -21,9 +21,9 @@
 //     same launch's first threads (ReduceShortPieces) reduce every piece of P rows of such segments in
 //     parallel, and a pass after it (FinishLongSegments) merges each one's piece states in order, so a
 //     huge segment among short ones is read at full parallelism, not by one group.
-//   - F == 1: the merge-path plan below with ReduceFlatBlock as pass 1: a block stages its chunk of 4096
-//     items (rows and segment ends) in shared memory with coalesced 16-byte loads, each thread walks 16
-//     items, and a block segmented scan (warp shuffles) joins the pieces of segments that cross threads.
+//   - F == 1: the merge-path plan below with ReduceFlatBlock as pass 1: a block stages its chunk of 3840
+//     items (rows and segment ends) in shared memory with coalesced 16-byte loads, each thread walks 15
+//     items (2048 and 8 for 8-byte accumulators), and a block segmented scan (warp shuffles) joins the pieces of segments that cross threads.
 //   - otherwise (long segments on average, F > 1): the merge-path plan with ReduceMain as pass 1.
 // The merge-path plan:
 //   0. Partition: the merge-path coordinate of every chunk border (an 8-ary search).
@@ -967,20 +967,25 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
   using A = typename Load::A;
   using FS = FlagState<Op>;
   static constexpr int kBlock = 256, kWarps = kBlock / 32, kMinBlocks = 4;
-  // items per thread at most: 16 (33 KiB of shared memory) for 4-byte A, 8 for 8-byte A
-  static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8, kW = kBlock * kItemsMax;
+  // Items per thread at most: 15 (31 KiB of shared memory) for 4-byte A, 8 for 8-byte A. An odd count puts
+  // the lanes walking one long segment (or a run of empty ones) 15 words apart: 32 distinct banks.
+  static constexpr int kItemsMax = sizeof(A) <= 4 ? 15 : 8, kW = kBlock * kItemsMax;
   static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
-  // Shared layout: plain arrays (x_at / e_at are the one place to change it). One padding element per 128
-  // bytes removed the bank conflicts of one long segment and of 8-16-row segments by the memory model, but
-  // made lanes 16 words apart again at 21-63-row segments (k-NN graphs: 4x the conflict-free wavefronts) and
-  // cost a block per SM on sm_86/89/120 (1 KiB more shared memory): not adopted (docs/cuda.md, "Still open").
+  // Shared layout (x_at / e_at are the one place to change it), chosen with the tracer over constant segment
+  // lengths 0-64 and mixed ones (docs/cuda.md, "ReduceFlatBlock's shared-memory layout"): 4-byte rows are
+  // XOR-swizzled inside each 128-byte line (word i at i ^ ((i >> 5) & 31): the staging stores, 4 words
+  // apart, hit 32 banks; no extra memory), segment ends are plain. 8-byte rows stay plain with 8 items: no
+  // layout tried was as good at every segment length.
+  static constexpr bool kSwizzleX = sizeof(A) == 4;
+  static_assert(!kSwizzleX || kW % 32 == 0, "the swizzle stays inside the array");
   struct Shared {
     A x[kW];                // the chunk's rows: row i at x_at(i)
     int32_t e[kW + 1];      // e_at(i), 1 <= i <= ns: end of segment m0.seg + i - 1, in tile rows (clamped)
     int64_t start0;         // clamped start (absolute row) of segment m0.seg
     FS warp_total[kWarps];  // the inclusive scan at each warp's last lane
-    SEGOPS_HD A& x_at(int i) { return x[i]; }
-    SEGOPS_HD const A& x_at(int i) const { return x[i]; }
+    SEGOPS_HD static int xi(int i) { return kSwizzleX ? i ^ ((i >> 5) & 31) : i; }
+    SEGOPS_HD A& x_at(int i) { return x[xi(i)]; }
+    SEGOPS_HD const A& x_at(int i) const { return x[xi(i)]; }
     SEGOPS_HD int32_t& e_at(int i) { return e[i]; }
     SEGOPS_HD const int32_t& e_at(int i) const { return e[i]; }
   };
@@ -1402,7 +1407,7 @@ struct Tuning {
   // the memory model: power-law F = 16 fp32 sum 133.6 -> 126.1 us; 2^17 leaves too few warps: 139.1 us)
   int64_t reduce_threads = int64_t(1) << 18;
   int64_t reduce_w_min = 32, reduce_w_max = 256;
-  int flat_items = 16;  // F == 1 (ReduceFlatBlock): merge items per thread (at most its kItemsMax)
+  int flat_items = 15;  // F == 1 (ReduceFlatBlock): merge items per thread (at most its kItemsMax; odd: see there)
   int64_t expand_w_min = 32, expand_work_max = 8192;  // expand: W * nfv <= this
   int64_t level_k = 64;                               // carries merged per group and level
   int64_t max_lanes = 64;                             // lanes sharing one reduction chunk
