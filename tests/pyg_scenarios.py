@@ -21,14 +21,17 @@ N, E, F = 40, 320, 8  # nodes, edges, features: small, the whole run takes secon
 
 
 def _graph(empty_nodes: bool = True):
-    """A random graph, edges sorted by destination; some nodes receive no edge unless empty_nodes is False."""
-    col = torch.randint(0, N, (E,))
+    """A random graph without repeated edges (a repeated edge ties in a max aggregation), sorted by destination;
+    some nodes receive no edge unless empty_nodes is False."""
+    pairs = torch.randperm(N * N)[:E]
+    col, row = pairs // N, pairs % N
     if empty_nodes:
-        col = col[col % 7 != 3]  # nodes 3, 10, 17, ... get nothing
+        keep = col % 7 != 3  # nodes 3, 10, 17, ... get nothing
+        col, row = col[keep], row[keep]
     else:
-        col = torch.cat([torch.arange(N), col[: E - N]])
-    col = col.sort().values
-    row = torch.randint(0, N, (col.numel(),))
+        col, row = torch.cat([torch.arange(N), col[: E - N]]), torch.cat([torch.arange(N), row[: E - N]])
+    col, perm = col.sort(stable=True)
+    row = row[perm]
     ptr = torch.zeros(N + 1, dtype=torch.long)
     ptr[1:] = torch.bincount(col, minlength=N).cumsum(0)
     return row, col, ptr
@@ -53,7 +56,7 @@ def _softmax():
 
 
 def _scatter_argmax():
-    from torch_geometric.utils import scatter_argmax
+    from torch_geometric.utils._scatter import scatter_argmax
 
     _, col, _ = _graph(empty_nodes=False)  # PyG's native argmax of an empty target is dim_size - 1, ours src.size(0)
     src = torch.randn(col.numel())
