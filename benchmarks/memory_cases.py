@@ -21,7 +21,7 @@ import torch_segops as so
 
 # Names in torch_segops.__all__ that compute nothing (every other name must have a case).
 NOT_OPS = {"LibraryLoadError", "ScatterPlan", "__version__", "build_info", "check_errors", "cuda_plan_counts",
-           "cuda_plans", "library_path", "set_cuda_plans"}
+           "cuda_plans", "install_as_torch_scatter", "library_path", "set_cuda_plans"}
 
 
 class _MallInfo2(ctypes.Structure):

@@ -1,7 +1,8 @@
 """torch_segops: fast, load-balanced CSR segment operations for PyTorch.
 
 API-compatible with pytorch_scatter's segment module (``segment_csr``, ``segment_coo``, ``gather_csr``,
-``gather_coo`` and their named forms) and ``scatter`` (deterministic): switch by import. Plus segment
+``gather_coo`` and their named forms) and ``scatter`` (deterministic): switch by import, or call
+``install_as_torch_scatter()`` so that ``import torch_scatter`` (PyG's) gets them. Plus segment
 softmax/logsumexp. The compiled ops live under ``torch.ops.torch_segops``.
 """
 
@@ -65,6 +66,7 @@ else:
         segment_softmax_csr,
         segment_sum_csr,
     )
+    from ._alias import install_as_torch_scatter
     from ._errors import torch_error_types as _torch_error_types
 
     # every public op function: a CUDA out-of-memory error is raised as torch.OutOfMemoryError (_errors.py)
@@ -87,6 +89,7 @@ __all__ = [
     "cuda_plans",
     "gather_coo",
     "gather_csr",
+    "install_as_torch_scatter",
     "library_path",
     "scatter",
     "scatter_add",
