@@ -172,11 +172,13 @@ def torch_include() -> str:
 
 # ---- tracer ---------------------------------------------------------------------------------------------------
 
-def build_tracer(root: str = REPO) -> str:
-    exe = os.path.join(cache_dir(), f"trace_kernels-{source_hash(root=root)}")
+def build_tracer(root: str = REPO, defines: tuple = ()) -> str:
+    """The tracer of root's kernels (cached per source hash); defines: extra macros (tests/test_gpu_model.py
+    builds the plain ReduceFlatBlock layout with SEGOPS_FLAT_PLAIN_LAYOUT to compare against)."""
+    exe = os.path.join(cache_dir(), "-".join(["trace_kernels", source_hash(root=root), *defines]))
     if not os.path.exists(exe):
         tmp = f"{exe}.{os.getpid()}.tmp"
-        cmd = ["g++", "-std=c++17", "-O2", "-DSEGOPS_TRACE_ACCESSES", "-isystem", torch_include(),
+        cmd = ["g++", "-std=c++17", "-O2", "-DSEGOPS_TRACE_ACCESSES", *(f"-D{d}" for d in defines), "-isystem", torch_include(),
                "-I", os.path.join(root, "src", "csrc"), os.path.join(root, "tests", "cuda_emulation", "trace_kernels.cpp"),
                "-o", tmp]
         subprocess.run(cmd, check=True)

@@ -967,16 +967,25 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
   using A = typename Load::A;
   using FS = FlagState<Op>;
   static constexpr int kBlock = 256, kWarps = kBlock / 32, kMinBlocks = 4;
-  // Items per thread at most: 15 (31 KiB of shared memory) for 4-byte A, 8 for 8-byte A. An odd count puts
-  // the lanes walking one long segment (or a run of empty ones) 15 words apart: 32 distinct banks.
-  static constexpr int kItemsMax = sizeof(A) <= 4 ? 15 : 8, kW = kBlock * kItemsMax;
-  static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
-  // Shared layout (x_at / e_at are the one place to change it), chosen with the tracer over constant segment
-  // lengths 0-64 and mixed ones (docs/cuda.md, "ReduceFlatBlock's shared-memory layout"): 4-byte rows are
-  // XOR-swizzled inside each 128-byte line (word i at i ^ ((i >> 5) & 31): the staging stores, 4 words
-  // apart, hit 32 banks; no extra memory), segment ends are plain. 8-byte rows stay plain with 8 items: no
-  // layout tried was as good at every segment length.
+  // Items per thread at most: 15 (31 KiB of shared memory) for 4-byte A, 8 for 8-byte A. Shared layout
+  // (x_at / e_at are the one place to change it), chosen with the tracer's bank count over constant segment
+  // lengths 0-300, alternating 0/k and random ones (docs/cuda.md, "ReduceFlatBlock's shared-memory layout"):
+  // 4-byte rows XOR-swizzled inside each 128-byte line (word i at i ^ ((i >> 5) & 31)), so the staging
+  // stores (lanes 4 or 8 words apart) hit 32 banks; segment ends plain, and with an odd item count the
+  // threads walking a run of empty segments read ends 15 words apart (32 banks). One long segment still
+  // costs about 2.5 wavefronts per row load (1.0 with 16 items, but 16 items conflict at 21-63-row
+  // segments). No case of the sweep takes more wavefronts than the plain 16-item layout, which
+  // SEGOPS_FLAT_PLAIN_LAYOUT restores for tests/test_gpu_model.py to compare. 8-byte rows stay plain with
+  // 8 items: no layout tried was as good at every segment length.
+#ifdef SEGOPS_FLAT_PLAIN_LAYOUT
+  static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8;
+  static constexpr bool kSwizzleX = false;
+#else
+  static constexpr int kItemsMax = sizeof(A) <= 4 ? 15 : 8;
   static constexpr bool kSwizzleX = sizeof(A) == 4;
+#endif
+  static constexpr int kW = kBlock * kItemsMax;
+  static constexpr int kVR = Load::kVec;  // elements per 16-byte vector
   static_assert(!kSwizzleX || kW % 32 == 0, "the swizzle stays inside the array");
   struct Shared {
     A x[kW];                // the chunk's rows: row i at x_at(i)
@@ -1036,9 +1045,10 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
     FS first{Op::identity(), 0, 0};  // the partial of this thread's first segment, before its end
     int first_seg = -1;              // its index in the tile if it ends here (-1: no end in this range)
     State st = Op::identity();
+    int seg_end = seg < ns ? SEGOPS_SH_LOAD(sh.e_at(seg + 1)) : 0;  // the end of segment seg (read once)
     for (int i = d; i < d1; ++i) {
       SEGOPS_TRACE_STEP();
-      const bool is_end = seg < ns && (row >= nr || SEGOPS_SH_LOAD(sh.e_at(seg + 1)) <= row);
+      const bool is_end = seg < ns && (row >= nr || seg_end <= row);
       if (is_end) {
         if (first_seg < 0) {
           first.st = st;
@@ -1048,6 +1058,7 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
         }
         st = Op::identity();
         ++seg;
+        if (seg < ns) seg_end = SEGOPS_SH_LOAD(sh.e_at(seg + 1));
       } else {
         Op::step(st, SEGOPS_SH_LOAD(sh.x_at(row)), base + r0 + row);
         ++row;
@@ -1407,7 +1418,7 @@ struct Tuning {
   // the memory model: power-law F = 16 fp32 sum 133.6 -> 126.1 us; 2^17 leaves too few warps: 139.1 us)
   int64_t reduce_threads = int64_t(1) << 18;
   int64_t reduce_w_min = 32, reduce_w_max = 256;
-  int flat_items = 15;  // F == 1 (ReduceFlatBlock): merge items per thread (at most its kItemsMax; odd: see there)
+  int flat_items = 0;  // F == 1 (ReduceFlatBlock): merge items per thread; 0: the kernel's kItemsMax
   int64_t expand_w_min = 32, expand_work_max = 8192;  // expand: W * nfv <= this
   int64_t level_k = 64;                               // carries merged per group and level
   int64_t max_lanes = 64;                             // lanes sharing one reduction chunk
@@ -1631,7 +1642,7 @@ int run_reduce(Exec& ex, const Geometry& g, const Load& load, OutT* out, int64_t
   const bool vec_ok = vector_path_ok<Load::kVec>(in_aligned, out);
   using FlatK = ReduceFlatBlock<Op, Load, OutT>;
   Tuning tf = t;
-  tf.flat_items = static_cast<int>(iclamp(t.flat_items, 1, FlatK::kItemsMax));
+  tf.flat_items = t.flat_items > 0 ? static_cast<int>(imin(t.flat_items, FlatK::kItemsMax)) : FlatK::kItemsMax;
   const ReducePlan pl = plan_reduce(g.B, g.N, g.S, g.F, Load::kVec, vec_ok, tf);
   auto fill_fixup = [&](auto& k) {  // (C = 0: it only publishes this call's indptr error)
     static_cast<ChunkGrid&>(k) = chunk_grid(g, pl.W, pl.cpb);
