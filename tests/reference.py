@@ -344,17 +344,28 @@ def assert_reduction_close(actual, expected, src, indptr, reduce: str, what: str
         counts = segment(torch.ones_like(src.detach(), dtype=torch.float64), indptr, "sum")[0]
         scale = 1 + expected.detach().to(torch.float64).abs() + counts.sqrt()
     elif reduce == "mul":
-        counts = segment(torch.ones_like(src.detach(), dtype=torch.float64), indptr, "sum")[0].cpu()
-        e = expected.detach().to("cpu", torch.float64)
-        tiny = torch.finfo(_compute_dtype(src.dtype)).tiny
-        tol = 2 * eps * (counts + 1) * e.abs() + tiny + _output_rounding(expected, src.dtype)
-        same = (actual.detach().to("cpu", torch.float64) == e) | (actual.detach().cpu().isnan() & e.isnan())
-        _check(actual, expected, torch.where(same, math.inf, tol), what)  # (equal infinities, NaN: no difference)
+        counts = segment(torch.ones_like(src.detach(), dtype=torch.float64), indptr, "sum")[0]
+        assert_product_close(actual, expected, counts, what)
         return
     else:
         raise ValueError(reduce)
     tol = 8 * eps * scale.cpu() + _output_rounding(expected, src.dtype)
     _check(actual, expected, tol, what)
+
+
+def assert_product_close(actual, expected, counts, what: str) -> None:
+    """A product of `counts` factors computed in a different order: each product rounds once in the compute
+    dtype, so |diff| <= 2 (counts + 1) eps |result|, plus a subnormal step and the output rounding of 16-bit
+    dtypes. Equal infinities and NaNs agree; integer products (wrapping) are exact."""
+    if not expected.dtype.is_floating_point:
+        assert_equal(actual, expected, what)
+        return
+    cdt = _compute_dtype(expected.dtype)
+    e = expected.detach().to("cpu", torch.float64)
+    tol = 2 * _eps(cdt) * (counts.detach().to("cpu", torch.float64) + 1) * e.abs() + torch.finfo(cdt).tiny
+    tol = tol + _output_rounding(expected, expected.dtype)
+    same = (actual.detach().to("cpu", torch.float64) == e) | (actual.detach().cpu().isnan() & e.isnan())
+    _check(actual, expected, torch.where(same, math.inf, tol), what)
 
 
 def assert_softmax_close(actual, expected, src, indptr, what: str = "") -> None:
@@ -520,6 +531,7 @@ def public_reducers() -> dict:
         "segment_csr_mean": lambda s, i: so.segment_csr(s, i, reduce="mean"),
         "segment_csr_min": lambda s, i: so.segment_csr(s, i, reduce="min"),
         "segment_csr_max": lambda s, i: so.segment_csr(s, i, reduce="max"),
+        "segment_csr_mul": lambda s, i: so.segment_csr(s, i, reduce="mul"),
         "segment_sum_csr": so.segment_sum_csr,
         "segment_add_csr": so.segment_add_csr,
         "segment_mean_csr": so.segment_mean_csr,
