@@ -262,9 +262,11 @@ def test_opcheck_index_to_indptr(index, size):
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dim_size", [7, None], ids=["dim_size", "from_index"])
-@pytest.mark.parametrize("fn", ["segment_coo_sum", "segment_coo_mean", "segment_max_coo", "gather_coo"])
+@pytest.mark.parametrize("fn", ["segment_coo_sum", "segment_coo_mean", "segment_coo_mul", "segment_max_coo",
+                                "gather_coo"])
 def test_compile_fullgraph(fn, dim_size, backend):
     calls = {
+        "segment_coo_mul": lambda s, i: so.segment_coo(s * 2, i, dim_size=dim_size, reduce="mul"),
         "segment_coo_sum": lambda s, i: so.segment_coo(s * 2, i, dim_size=dim_size),
         "segment_coo_mean": lambda s, i: so.segment_coo(s * 2, i, dim_size=dim_size, reduce="mean"),
         "segment_max_coo": lambda s, i: so.segment_max_coo(s * 2, i, dim_size=dim_size)[0],

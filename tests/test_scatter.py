@@ -292,7 +292,7 @@ def test_error_leaves_out_untouched():
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dim_size", [6, None], ids=["dim_size", "from_index"])
-@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "mul"])
 def test_compile_fullgraph(reduce, dim_size, backend):
     index = torch.tensor([2, 0, 2, 4, 0, 2, 1])
 
@@ -304,7 +304,7 @@ def test_compile_fullgraph(reduce, dim_size, backend):
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", ["scatter", "scatter_sum", "scatter_add", "scatter_mean", "scatter_min",
-                                  "scatter_max"])
+                                  "scatter_max", "scatter_mul"])
 def test_scripted_equals_eager(name):
     fn = getattr(so, name)
     scripted = torch.jit.script(fn)
@@ -312,8 +312,11 @@ def test_scripted_equals_eager(name):
     index = torch.tensor([2, 0, 2, 4, 0, 2, 1])
     full = torch.randint(0, 4, (7, 3))
     plan = torch.jit.script(so.scatter_plan)(index, 6)
-    for args in ((src, index, 0), (src, full, 0, None, 5), (src, index, 0, torch.ones(5, 3)), (src, index, -2, None, 6,
-                                                                                               ) + (("max",) if name == "scatter" else ()) + (plan,)):
+    calls = [(src, index, 0), (src, full, 0, None, 5), (src, index, 0, torch.ones(5, 3)),
+             (src, index, -2, None, 6) + (("max",) if name == "scatter" else ()) + (plan,)]
+    if name == "scatter":
+        calls.append((src, index, 0, torch.full((5, 3), 2.0), None, "mul"))
+    for args in calls:
         a = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in args)
         b = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in args)
         got, expected = scripted(*a), fn(*b)
