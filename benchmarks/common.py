@@ -63,8 +63,8 @@ NATIVE = ("torch.segment_reduce", "scatter_reduce_", "index_add_", "index ops", 
 
 def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.Tensor, n_seg: int,
                  n_rows: int) -> dict:
-    """name -> zero-argument callable computing op ("sum", "mean", "max", "min", "mul", "logsumexp", "softmax", "gather")
-    over dim 0 another way: torch-native ops (names in NATIVE) and torch_scatter when installed. index is the
+    """name -> zero-argument callable computing op ("sum", "mean", "max", "min", "mul", "logsumexp", "softmax",
+    "gather") over dim 0 another way: torch-native ops (names in NATIVE) and torch_scatter when installed. index is the
     row -> segment index (index_from_indptr, precomputed: not part of the timing); n_rows is gather's
     output row count (passed, so that no alternative reads it from the device)."""
     feat = src.shape[1:]

@@ -47,7 +47,7 @@ OPCHECK_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64]
 @pytest.mark.parametrize("layout", list(INDPTRS))
 @pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}") for d in OPCHECK_DTYPES
                                           for r in ("sum", "mean", "min", "max", "logsumexp", "mul")
-                                          if d.is_floating_point or r in ("sum", "min", "max", "mul")])  # mean/lse: floats only
+                                          if d.is_floating_point or r in ("sum", "min", "max", "mul")])  # mean, lse: floats
 def test_opcheck_segment_reduce(reduce, dtype, layout):
     indptr = INDPTRS[layout]
     src = _src_for(indptr, dtype, requires_grad=dtype.is_floating_point)

@@ -28,7 +28,8 @@ def _same(got, expected):
 CSR_CALLS = {
     "segment_csr": [(SRC, INDPTR), (SRC, INDPTR, None, "mean"), (SRC, INDPTR, None, "max"),
                     ((SRC * 10).long(), INDPTR, None, "mean"), (SRC, torch.zeros(1, 0, dtype=torch.long)),
-                    (SRC, INDPTR, None, "mul"), ((SRC * 10).int(), INDPTR, torch.empty(2, 4, 3, dtype=torch.int32), "mul")],
+                    (SRC, INDPTR, None, "mul"),
+                    ((SRC * 10).int(), INDPTR, torch.empty(2, 4, 3, dtype=torch.int32), "mul")],
     "segment_sum_csr": [(SRC, INDPTR), (SRC, INDPTR.int())],
     "segment_add_csr": [(SRC, INDPTR)],
     "segment_mean_csr": [(SRC, INDPTR), ((SRC * 10).int(), INDPTR)],

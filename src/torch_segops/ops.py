@@ -33,7 +33,8 @@ def _check_type(fn: str, name: str, value) -> None:
 
 
 def _check_reduce(fn: str, reduce: str) -> None:
-    if reduce not in ["sum", "add", "mean", "mul", "min", "max"]:  # REDUCTIONS (a literal: TorchScript reads no globals)
+    # REDUCTIONS (a literal: TorchScript reads no globals)
+    if reduce not in ["sum", "add", "mean", "mul", "min", "max"]:
         raise ValueError(f"torch_segops.{fn}: reduce must be one of 'sum', 'add', 'mean', 'mul', 'min', 'max', "
                          f"got '{reduce}'")
 
