@@ -28,7 +28,7 @@ import torch_segops as so  # noqa: E402
 
 
 def _segops(op, src, indptr, out=None):
-    if op in ("sum", "mean"):
+    if op in ("sum", "mean", "mul"):
         return lambda: so.segment_csr(src, indptr, out=out, reduce=op)
     if op == "max":
         return lambda: so.segment_max_csr(src, indptr, out=out)
@@ -86,17 +86,17 @@ SEGOPS, SEGOPS_OUT, YARD, DENSE = "torch_segops", "torch_segops out=", "yardstic
 FULL = [
     # label, rows, feat, n_seg, segmentation, {dtype: ops}
     ("2M x 64, 100k random segments", 2_000_000, 64, 100_000, "random",
-     {torch.float32: ["sum", "mean", "max", "min", "logsumexp", "gather", "softmax"], torch.bfloat16: ["sum"]}),
+     {torch.float32: ["sum", "mean", "max", "min", "mul", "logsumexp", "gather", "softmax"], torch.bfloat16: ["sum"]}),
     ("20M x 1, 1M random segments", 20_000_000, 1, 1_000_000, "random",
-     {torch.float32: ["sum", "max", "min"], torch.bfloat16: ["sum"]}),
+     {torch.float32: ["sum", "max", "min", "mul"], torch.bfloat16: ["sum"]}),
     ("4M x 16, 4 skewed segments", 4_000_000, 16, 4, "skewed",
      {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
 ]
 QUICK = [
     ("200k x 64, 10k random segments", 200_000, 64, 10_000, "random",
-     {torch.float32: ["sum", "mean", "max", "min", "logsumexp", "gather", "softmax"], torch.bfloat16: ["sum"]}),
+     {torch.float32: ["sum", "mean", "max", "min", "mul", "logsumexp", "gather", "softmax"], torch.bfloat16: ["sum"]}),
     ("2M x 1, 100k random segments", 2_000_000, 1, 100_000, "random",
-     {torch.float32: ["sum", "max", "min"], torch.bfloat16: ["sum"]}),
+     {torch.float32: ["sum", "max", "min", "mul"], torch.bfloat16: ["sum"]}),
     ("400k x 16, 4 skewed segments", 400_000, 16, 4, "skewed", {torch.float32: ["sum"], torch.bfloat16: ["sum"]}),
 ]
 
@@ -134,6 +134,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per row (default 5; quick: 3)")
     p.add_argument("--reps", type=int, default=None, help="timed repeats per candidate and round (default 3)")
     p.add_argument("--markdown", metavar="FILE", help="also write the table as markdown to FILE")
+    p.add_argument("--ops", help="comma-separated ops to run (default: every op of each shape)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -147,6 +148,9 @@ def main(argv=None):
     rows = []
     for label, n, f, s, segm, per_dtype in cases:
         for dtype, ops in per_dtype.items():
+            ops = [o for o in ops if not args.ops or o in args.ops.split(",")]
+            if not ops:
+                continue
             rows += run_case(label, n, f, s, segm, dtype, ops, rounds, reps, max_seconds)
     columns = []
     for r in rows:

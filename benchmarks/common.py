@@ -63,8 +63,8 @@ NATIVE = ("torch.segment_reduce", "scatter_reduce_", "index_add_", "index ops", 
 
 def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.Tensor, n_seg: int,
                  n_rows: int) -> dict:
-    """name -> zero-argument callable computing op ("sum", "mean", "max", "min", "logsumexp", "softmax", "gather")
-    over dim 0 another way: torch-native ops (names in NATIVE) and torch_scatter when installed. index is the
+    """name -> zero-argument callable computing op ("sum", "mean", "max", "min", "mul", "logsumexp", "softmax",
+    "gather") over dim 0 another way: torch-native ops (names in NATIVE) and torch_scatter when installed. index is the
     row -> segment index (index_from_indptr, precomputed: not part of the timing); n_rows is gather's
     output row count (passed, so that no alternative reads it from the device)."""
     feat = src.shape[1:]
@@ -84,6 +84,9 @@ def alternatives(op: str, src: torch.Tensor, indptr: torch.Tensor, index: torch.
         alts["index_add_"] = lambda: zeros().index_add_(0, index, src).div_(counts)
     elif op in ("max", "min"):
         alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "a" + op, include_self=False)
+    elif op == "mul":
+        alts["torch.segment_reduce"] = lambda: torch.segment_reduce(src, "prod", offsets=indptr, axis=0, unsafe=True)
+        alts["scatter_reduce_"] = lambda: zeros().scatter_reduce_(0, idx_x, src, "prod", include_self=False)
     elif op == "logsumexp":
         def lse():
             m = zeros().scatter_reduce_(0, idx_x, src, "amax", include_self=False)
@@ -216,6 +219,7 @@ def dense_kernel(op: str, src: torch.Tensor) -> tuple[Optional[str], Optional[Ca
         "mean": ("src.mean(0)", lambda: src.mean(0)),
         "max": ("src.amax(0)", lambda: src.amax(0)),
         "min": ("src.amin(0)", lambda: src.amin(0)),
+        "mul": ("src.prod(0)", lambda: src.prod(0)),
         "logsumexp": ("torch.logsumexp(src, 0)", lambda: torch.logsumexp(src, 0)),
         "softmax": ("torch.softmax(src, 0)", lambda: torch.softmax(src, 0)),
     }

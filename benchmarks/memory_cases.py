@@ -131,6 +131,8 @@ def _cases() -> Dict[str, Callable[[], Callable[[], None]]]:
     cases["segment_mean_csr[int]"] = lambda: _forward(so.segment_mean_csr, torch.arange(18).reshape(6, 3), ip)
     cases["segment_softmax_csr[double backward]"] = _softmax_double_backward
     cases["segment_csr"] = lambda: _with_grad(so.segment_csr, ip, reduce="mean")
+    cases["segment_csr[mul]"] = lambda: _with_grad(so.segment_csr, ip, reduce="mul")
+    cases["segment_csr[mul out]"] = lambda: _out_call(so.segment_csr, 3, ip, reduce="mul")
     cases["gather_csr"] = lambda: _with_grad_rows(so.gather_csr, seg_rows, ip)
     cases["gather_csr[out]"] = lambda: _forward(so.gather_csr, seg_rows, ip, out=torch.zeros(6, 3))
     for name in ("segment_sum_coo", "segment_mean_coo", "segment_min_coo", "segment_max_coo"):
@@ -139,12 +141,14 @@ def _cases() -> Dict[str, Callable[[], Callable[[], None]]]:
     cases["segment_sum_coo[out]"] = lambda: _out_call(so.segment_sum_coo, 3, idx)
     cases["segment_max_coo[out]"] = lambda: _out_call(so.segment_max_coo, 3, idx)
     cases["segment_coo"] = lambda: _with_grad(so.segment_coo, idx, reduce="max")
+    cases["segment_coo[mul]"] = lambda: _with_grad(so.segment_coo, idx, reduce="mul")
     cases["gather_coo"] = lambda: _with_grad_rows(so.gather_coo, seg_rows, idx)
-    for name in ("scatter_sum", "scatter_mean", "scatter_min", "scatter_max"):
+    for name in ("scatter_sum", "scatter_mean", "scatter_min", "scatter_max", "scatter_mul"):
         fn = getattr(so, name)
         cases[name] = lambda fn=fn: _with_grad(fn, unsorted, 0)
     cases["scatter_mean[out]"] = lambda: _out_call(so.scatter_mean, 3, unsorted, 0)
     cases["scatter_min[out]"] = lambda: _out_call(so.scatter_min, 3, unsorted, 0)
+    cases["scatter_mul[out]"] = lambda: _out_call(so.scatter_mul, 3, unsorted, 0)
     cases["scatter"] = lambda: _with_grad(so.scatter, unsorted, 0, reduce="sum")
     cases["scatter_sum[plan]"] = lambda: _with_grad(so.scatter_sum, unsorted, 0, plan=so.scatter_plan(unsorted, 3))
     cases["scatter_plan"] = lambda: _forward(so.scatter_plan, unsorted, 3)
@@ -161,7 +165,7 @@ def _op_cases() -> Dict[str, Callable[[], Callable[[], None]]]:
     ip = torch.tensor(INDPTR)
     seg_rows = torch.randn(3, 3)
     cases: Dict[str, Callable[[], Callable[[], None]]] = {}
-    for reduce in ("sum", "mean", "min", "max", "logsumexp"):
+    for reduce in ("sum", "mean", "min", "max", "logsumexp", "mul"):
         op, op_out = getattr(ops, f"segment_{reduce}"), getattr(ops, f"segment_{reduce}_out")
         arg = [torch.zeros(3, 3, dtype=torch.long)] if reduce in ("min", "max") else []
         cases[f"segment_{reduce}"] = lambda op=op: _forward(op, _src(), ip)

@@ -7,7 +7,7 @@ differentiable torch ops, so the references also give reference gradients throug
 Conventions shared with torch_segops (docs/design.md, README):
 - ``dim = indptr.dim() - 1``; leading dims of indptr broadcast against ``src.shape[:dim]``;
   trailing dims of src (after ``dim``) are features.
-- Output size along ``dim`` is ``indptr.size(-1) - 1``; empty segments give 0; ``arg`` of an empty
+- Output size along ``dim`` is ``indptr.size(-1) - 1``; empty segments give 0 (1 for mul); ``arg`` of an empty
   segment is ``src.size(dim)``; ``arg`` holds absolute positions along ``dim``; ties go to the first.
 - float16 / bfloat16 are computed in float32 and the result is cast back to the input dtype.
 """
@@ -42,7 +42,7 @@ def _expanded_indptr(src: torch.Tensor, indptr: torch.Tensor) -> list[tuple[tupl
 def segment(src: torch.Tensor, indptr: torch.Tensor, reduce: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Reference segment reduction. Returns (out, arg); arg is None unless reduce is min/max.
 
-    reduce in {"sum", "add", "mean", "min", "max", "logsumexp"}.
+    reduce in {"sum", "add", "mean", "mul", "min", "max", "logsumexp"}.
     """
     if reduce == "add":
         reduce = "sum"
@@ -60,7 +60,8 @@ def segment(src: torch.Tensor, indptr: torch.Tensor, reduce: str) -> tuple[torch
             seg = row[lo:hi]
             count = hi - lo
             if count == 0:
-                outs.append(torch.zeros(feat, dtype=cdt, device=src.device))
+                empty = torch.ones if reduce == "mul" else torch.zeros
+                outs.append(empty(feat, dtype=cdt, device=src.device))
                 args.append(torch.full(feat, src.size(dim), dtype=torch.int64, device=src.device))
                 continue
             if reduce == "sum":
@@ -72,6 +73,8 @@ def segment(src: torch.Tensor, indptr: torch.Tensor, reduce: str) -> tuple[torch
                 outs.append(seg.sum(0).to(cdt) / count)
             elif reduce == "logsumexp":
                 outs.append(torch.logsumexp(seg, dim=0))
+            elif reduce == "mul":
+                outs.append(seg.prod(0, dtype=cdt))
             elif reduce in ("min", "max"):
                 best = seg.amin(0) if reduce == "min" else seg.amax(0)
                 # first position holding the extreme value (ties go to the first position)
@@ -174,7 +177,7 @@ def broadcast_index(index: torch.Tensor, src: torch.Tensor, dim: int) -> torch.T
 def scatter(src: torch.Tensor, index: torch.Tensor, dim: int, dim_size: int | None, reduce: str):
     """Reference scatter by masks: for every position of the other dims and every target t, the values
     of src whose index is t, in src order. Returns (out, arg) (arg None unless min/max); empty targets
-    give 0 and arg src.size(dim); ties and NaN as in `segment`; integer mean divides with floor
+    give 0 (1 for mul) and arg src.size(dim); ties and NaN as in `segment`; integer mean divides with floor
     (pytorch_scatter's scatter_mean)."""
     dim = dim % src.dim()
     idx = broadcast_index(index.to(src.device, torch.int64), src, dim).movedim(dim, -1)
@@ -182,7 +185,7 @@ def scatter(src: torch.Tensor, index: torch.Tensor, dim: int, dim_size: int | No
     n = src.size(dim)
     size = dim_size if dim_size is not None else (int(idx.max()) + 1 if idx.numel() else 0)
     other = idx.shape[:-1]
-    out = torch.zeros((*other, size), dtype=x.dtype)
+    out = (torch.ones if reduce == "mul" else torch.zeros)((*other, size), dtype=x.dtype)
     arg = torch.full((*other, size), n, dtype=torch.int64)
     for p in itertools.product(*[range(k) for k in other]):
         for t in range(size):
@@ -192,6 +195,8 @@ def scatter(src: torch.Tensor, index: torch.Tensor, dim: int, dim_size: int | No
             seg = x[p][pos]
             if reduce in ("sum", "add"):
                 out[p + (t,)] = seg.sum()
+            elif reduce == "mul":
+                out[p + (t,)] = seg.prod(dtype=x.dtype)
             elif reduce == "mean":
                 total = seg.sum()
                 out[p + (t,)] = total / pos.numel() if x.is_floating_point() else torch.div(total, pos.numel(), rounding_mode="floor")
@@ -325,6 +330,8 @@ def assert_reduction_close(actual, expected, src, indptr, reduce: str, what: str
     16-bit inputs), so they differ by at most a few eps * sum(|x|) of the segment (8 eps used), plus
     one ulp of the output dtype where a float32 result is rounded to float16/bfloat16.
     min/max and integer sums are exact. logsumexp: 8 eps * (1 + |result| + sqrt(segment length)).
+    mul: each of the n products rounds once, in any order: 2 (n + 1) eps * |result| (plus the output
+    rounding of 16-bit dtypes and a subnormal step of the compute dtype).
     """
     what = what or f"segment {reduce} {src.dtype}"
     if reduce in ("min", "max") or not src.dtype.is_floating_point:
@@ -336,10 +343,29 @@ def assert_reduction_close(actual, expected, src, indptr, reduce: str, what: str
     elif reduce == "logsumexp":
         counts = segment(torch.ones_like(src.detach(), dtype=torch.float64), indptr, "sum")[0]
         scale = 1 + expected.detach().to(torch.float64).abs() + counts.sqrt()
+    elif reduce == "mul":
+        counts = segment(torch.ones_like(src.detach(), dtype=torch.float64), indptr, "sum")[0]
+        assert_product_close(actual, expected, counts, what)
+        return
     else:
         raise ValueError(reduce)
     tol = 8 * eps * scale.cpu() + _output_rounding(expected, src.dtype)
     _check(actual, expected, tol, what)
+
+
+def assert_product_close(actual, expected, counts, what: str) -> None:
+    """A product of `counts` factors computed in a different order: each product rounds once in the compute
+    dtype, so |diff| <= 2 (counts + 1) eps |result|, plus a subnormal step and the output rounding of 16-bit
+    dtypes. Equal infinities and NaNs agree; integer products (wrapping) are exact."""
+    if not expected.dtype.is_floating_point:
+        assert_equal(actual, expected, what)
+        return
+    cdt = _compute_dtype(expected.dtype)
+    e = expected.detach().to("cpu", torch.float64)
+    tol = 2 * _eps(cdt) * (counts.detach().to("cpu", torch.float64) + 1) * e.abs() + torch.finfo(cdt).tiny
+    tol = tol + _output_rounding(expected, expected.dtype)
+    same = (actual.detach().to("cpu", torch.float64) == e) | (actual.detach().cpu().isnan() & e.isnan())
+    _check(actual, expected, torch.where(same, math.inf, tol), what)
 
 
 def assert_softmax_close(actual, expected, src, indptr, what: str = "") -> None:
@@ -388,6 +414,20 @@ def make_values(shape, dtype, gen: torch.Generator, ties: bool = False) -> torch
             return torch.randint(-2, 3, shape, generator=gen).to(dtype)
         return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
     return torch.randint(-50, 50, shape, generator=gen, dtype=dtype)
+
+
+def near_one(src: torch.Tensor) -> torch.Tensor:
+    """Float src mapped to 1 + x / (64 max(1, max|x|)), with src's strides (layout kept): factors whose
+    products over thousands of rows stay finite and normal, so that products taken in any order agree
+    to a few eps (a product that overflows in one order and meets a 0 in another is inf * 0 = NaN there).
+    Integer src is returned as is (integer products wrap, in any order alike)."""
+    if not src.is_floating_point() or src.numel() == 0:
+        return src
+    n = src.untyped_storage().nbytes() // src.element_size()
+    flat = torch.empty(0, dtype=src.dtype, device=src.device).set_(src.untyped_storage(), 0, (n,))
+    wide = flat.to(torch.float64)
+    scale = 64 * max(1.0, float(wide.abs().max()))
+    return (1 + wide / scale).to(src.dtype).as_strided(src.shape, src.stride(), src.storage_offset())
 
 
 def make_src(shape, dim: int, dtype, layout: str, gen: torch.Generator, ties: bool = False) -> torch.Tensor:
@@ -491,6 +531,7 @@ def public_reducers() -> dict:
         "segment_csr_mean": lambda s, i: so.segment_csr(s, i, reduce="mean"),
         "segment_csr_min": lambda s, i: so.segment_csr(s, i, reduce="min"),
         "segment_csr_max": lambda s, i: so.segment_csr(s, i, reduce="max"),
+        "segment_csr_mul": lambda s, i: so.segment_csr(s, i, reduce="mul"),
         "segment_sum_csr": so.segment_sum_csr,
         "segment_add_csr": so.segment_add_csr,
         "segment_mean_csr": so.segment_mean_csr,

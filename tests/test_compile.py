@@ -46,8 +46,8 @@ OPCHECK_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64]
 
 @pytest.mark.parametrize("layout", list(INDPTRS))
 @pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}") for d in OPCHECK_DTYPES
-                                          for r in ("sum", "mean", "min", "max", "logsumexp")
-                                          if d.is_floating_point or r in ("sum", "min", "max")])  # mean/lse: floats only
+                                          for r in ("sum", "mean", "min", "max", "logsumexp", "mul")
+                                          if d.is_floating_point or r in ("sum", "min", "max", "mul")])  # mean, lse: floats
 def test_opcheck_segment_reduce(reduce, dtype, layout):
     indptr = INDPTRS[layout]
     src = _src_for(indptr, dtype, requires_grad=dtype.is_floating_point)
@@ -56,8 +56,8 @@ def test_opcheck_segment_reduce(reduce, dtype, layout):
 
 @pytest.mark.parametrize("layout", list(INDPTRS))
 @pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}") for d in OPCHECK_DTYPES
-                                          for r in ("sum", "mean", "min", "max", "logsumexp")
-                                          if d.is_floating_point or r in ("sum", "min", "max")])
+                                          for r in ("sum", "mean", "min", "max", "logsumexp", "mul")
+                                          if d.is_floating_point or r in ("sum", "min", "max", "mul")])
 def test_opcheck_segment_reduce_out(reduce, dtype, layout):
     indptr = INDPTRS[layout]
     src = _src_for(indptr, dtype, requires_grad=False)
@@ -140,7 +140,8 @@ def test_compile_fullgraph_aot_eager(name, batch):
     _compile_and_compare(PUBLIC[name], (src, indptr), "aot_eager")
 
 
-@pytest.mark.parametrize("name", ["segment_csr_sum", "segment_max_csr", "segment_softmax_csr", "segment_logsumexp_csr"])
+@pytest.mark.parametrize("name", ["segment_csr_sum", "segment_max_csr", "segment_softmax_csr", "segment_logsumexp_csr",
+                                  "segment_csr_mul"])
 def test_compile_fullgraph_inductor(name):
     src, indptr = _case(batch=False)
     fn = PUBLIC[name]
@@ -150,7 +151,7 @@ def test_compile_fullgraph_inductor(name):
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
 @pytest.mark.parametrize("name", ["segment_csr_sum", "segment_csr_mean", "segment_max_csr", "segment_logsumexp_csr",
-                                  "segment_softmax_csr"])
+                                  "segment_softmax_csr", "segment_csr_mul"])
 def test_compile_dynamic_shapes_no_recompile(name, requires_grad):
     """dynamic=True: a second, differently sized input reuses the same graph (also when autograd is
     traced: the backward formulas must not specialise on src.size(dim))."""

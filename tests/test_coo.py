@@ -14,9 +14,11 @@ import reference as R
 import torch_segops as so
 
 ERRORS = (TypeError, ValueError, RuntimeError)
-REDUCES = ("sum", "add", "mean", "min", "max")
+REDUCES = ("sum", "add", "mean", "mul", "min", "max")
 NAMED = {"sum": so.segment_sum_coo, "add": so.segment_add_coo, "mean": so.segment_mean_coo,
-         "min": so.segment_min_coo, "max": so.segment_max_coo}
+         "min": so.segment_min_coo, "max": so.segment_max_coo,
+         # pytorch_scatter has no segment_mul_coo: segment_coo's reduce="mul" stands in
+         "mul": lambda src, index, out=None, dim_size=None: so.segment_coo(src, index, out, dim_size, "mul")}
 
 
 @st.composite
@@ -48,6 +50,8 @@ def _reference(src, index, dim_size, reduce):
 @given(case=coo_cases(), reduce=st.sampled_from(REDUCES))
 def test_segment_coo_matches_reference(case, reduce):
     src, index, dim_size = case["src"], case["index"], case["dim_size"]
+    if reduce == "mul":
+        src = R.near_one(src)
     indptr, (expected, expected_arg) = _reference(src, index, dim_size, reduce)
     got = so.segment_coo(src, index, dim_size=dim_size, reduce=reduce)
     R.assert_reduction_close(got, expected, src, indptr, reduce, what=f"segment_coo {reduce} {case['desc']}")
@@ -97,7 +101,7 @@ def test_a_size_one_last_dim_broadcasts():
     assert so.segment_coo(src, torch.tensor([1]), reduce="sum").tolist() == [[0, 0], [6, 9]]
 
 
-@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "mul", "min", "max"])
 def test_zero_elements(reduce):
     """pytorch_scatter: src (0, 0, 0, 16), an empty index and dim_size 0 give (0, 0, 0, 16); backward works."""
     x = torch.randn(0, 0, 0, 16, requires_grad=True)
@@ -115,6 +119,15 @@ def test_out_sum_accumulates():
     out = R.reduce_into(so.segment_coo, src, index, [10.0, 20.0, 30.0], [13.0, 20.0, 37.0])
     so.segment_add_coo(src, index, out=out)  # again: accumulates again
     assert out.tolist() == [16.0, 20.0, 44.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64], ids=str)
+def test_out_mul_multiplies_into_out(dtype):
+    src = torch.tensor([2, 3, 0, 5, -4], dtype=dtype)
+    index = torch.tensor([0, 0, 2, 2, 3])
+    out = R.reduce_into(so.segment_coo, src, index, [10, 20, 30, 2], [60, 20, 0, -8], reduce="mul")
+    assert out.dtype == dtype
+    assert so.segment_coo(src, index, dim_size=5, reduce="mul").tolist() == [6, 1, 0, -4, 1], "empty: 1"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
@@ -249,9 +262,11 @@ def test_opcheck_index_to_indptr(index, size):
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dim_size", [7, None], ids=["dim_size", "from_index"])
-@pytest.mark.parametrize("fn", ["segment_coo_sum", "segment_coo_mean", "segment_max_coo", "gather_coo"])
+@pytest.mark.parametrize("fn", ["segment_coo_sum", "segment_coo_mean", "segment_coo_mul", "segment_max_coo",
+                                "gather_coo"])
 def test_compile_fullgraph(fn, dim_size, backend):
     calls = {
+        "segment_coo_mul": lambda s, i: so.segment_coo(s * 2, i, dim_size=dim_size, reduce="mul"),
         "segment_coo_sum": lambda s, i: so.segment_coo(s * 2, i, dim_size=dim_size),
         "segment_coo_mean": lambda s, i: so.segment_coo(s * 2, i, dim_size=dim_size, reduce="mean"),
         "segment_max_coo": lambda s, i: so.segment_max_coo(s * 2, i, dim_size=dim_size)[0],

@@ -48,6 +48,7 @@ REDUCES = {
     "max": so.segment_max_csr,
     "logsumexp": so.segment_logsumexp_csr,
     "softmax": so.segment_softmax_csr,
+    "mul": lambda src, indptr: so.segment_csr(src, indptr, reduce="mul"),
 }
 
 
@@ -57,6 +58,8 @@ def _values(result):
 
 
 def _compare_with_cpu(name, src, indptr):
+    if name == "mul":
+        src = R.near_one(src)  # products that neither overflow nor vanish, in any order
     cpu = REDUCES[name](src, indptr)
     gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
     if isinstance(cpu, tuple):
@@ -84,7 +87,7 @@ def test_build_info_reports_cuda():
 @given(case=R.csr_cases(), data=st.data())
 def test_matches_cpu_and_reference(case, data):
     src, indptr = case["src"], case["indptr"]
-    names = list(REDUCES) if src.dtype.is_floating_point else ["sum", "min", "max"]
+    names = list(REDUCES) if src.dtype.is_floating_point else ["sum", "min", "max", "mul"]
     _compare_with_cpu(data.draw(st.sampled_from(names)), src, indptr)
 
 
@@ -169,6 +172,8 @@ def test_large_matches_cpu(case, name, dtype, force_plan):
     rows, n_seg = _scaled(rows, n_seg)
     g = torch.Generator().manual_seed(rows)
     src = torch.randn(rows, feat, generator=g).to(dtype)
+    if name == "mul":
+        src = R.near_one(src)
     indptr = _cut_indptr(rows, n_seg, g, hub)
     cpu = REDUCES[name](src, indptr)
     ran_only_on_plan = force_plan(plan)
@@ -190,6 +195,8 @@ def test_large_matches_cpu(case, name, dtype, force_plan):
         tol = 8 * eps * (1 + longest ** 0.5) * (cpu.double().abs() + eps) + rounding
     elif name == "logsumexp":
         tol = 8 * eps * (1 + cpu.double().abs() + counts.sqrt()) + rounding
+    elif name == "mul":  # n factors: n roundings on each side, in different orders
+        tol = 2 * eps * (counts + 1) * cpu.double().abs() + rounding
     else:
         scale = so.segment_sum_csr(src.double().abs(), indptr)
         if name == "mean":
@@ -257,8 +264,8 @@ def test_gradients_match_cpu(name):
 
 @pytest.mark.parametrize("reduce,dtype", [pytest.param(r, d, id=f"{r}-{str(d)[6:]}")
                                           for d in (torch.float32, torch.bfloat16, torch.int64)
-                                          for r in ("sum", "mean", "min", "max", "logsumexp")
-                                          if d.is_floating_point or r in ("sum", "min", "max")])
+                                          for r in ("sum", "mean", "min", "max", "logsumexp", "mul")
+                                          if d.is_floating_point or r in ("sum", "min", "max", "mul")])
 def test_opcheck_cuda(reduce, dtype):
     src = torch.randn(2, 9, 3, device=DEV).to(dtype).requires_grad_(dtype.is_floating_point)
     indptr = torch.tensor([[1, 3, 3, 8]], device=DEV)

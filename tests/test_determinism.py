@@ -68,6 +68,22 @@ def test_forward_bitwise_1_vs_2_threads(inputs, shape, name):
     _assert_deterministic(lambda: OPS[name](src, indptr), f"{name} {shape}")
 
 
+@pytest.mark.parametrize("shape", ["300k_x16_3seg", "2M_x1_50kseg"])
+def test_mul_forward_and_backward_bitwise(inputs, shape):
+    src, indptr = inputs[shape]
+    src = R.near_one(src)  # products of 100k factors that neither overflow nor vanish
+    mul = lambda x: so.segment_csr(x, indptr, reduce="mul")  # noqa: E731
+    _assert_deterministic(lambda: mul(src), f"mul {shape}")
+
+    def grad():
+        x = src.detach().requires_grad_()
+        out = mul(x)
+        (gx,) = torch.autograd.grad(out, x, torch.randn(out.shape, generator=torch.Generator().manual_seed(1)))
+        return gx
+
+    _assert_deterministic(grad, f"grad mul {shape}")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64], ids=str)
 def test_forward_bitwise_other_dtypes(inputs, dtype):
     src, indptr = inputs["300k_x16_3seg"]

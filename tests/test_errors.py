@@ -18,7 +18,7 @@ _ops = torch.ops.torch_segops
 # Every reduction-style entry point: (name, fn(src, indptr)), all reducing along dim indptr.dim() - 1.
 REDUCERS = {
     **R.public_reducers(),
-    **{f"op_segment_{r}": getattr(_ops, f"segment_{r}") for r in ("sum", "mean", "min", "max", "logsumexp")},
+    **{f"op_segment_{r}": getattr(_ops, f"segment_{r}") for r in ("sum", "mean", "min", "max", "logsumexp", "mul")},
     "op_segment_softmax": _ops.segment_softmax,
 }
 # (mean of an integer src is pytorch_scatter's truncating integer mean, done by the public wrappers: the
@@ -130,7 +130,7 @@ def test_integer_src_for_float_only_ops(fn, dtype):
         REDUCERS[fn](torch.ones(6, 2, dtype=dtype), torch.tensor([0, 2, 6]))
 
 
-@pytest.mark.parametrize("reduce", ["prod", "SUM", "", "logsumexp", "mul"])
+@pytest.mark.parametrize("reduce", ["prod", "SUM", "MUL", "", "logsumexp"])
 def test_unknown_reduce(reduce):
     # logsumexp exists as a registered op reduce but not as a segment_csr reduce
     with pytest.raises(ERRORS, match="reduce"):
@@ -152,6 +152,7 @@ OUT_FNS = {
     "segment_csr_sum": lambda s, i, o: so.segment_csr(s, i, out=o, reduce="sum"),
     "segment_csr_mean": lambda s, i, o: so.segment_csr(s, i, out=o, reduce="mean"),
     "segment_csr_max": lambda s, i, o: so.segment_csr(s, i, out=o, reduce="max"),
+    "segment_csr_mul": lambda s, i, o: so.segment_csr(s, i, out=o, reduce="mul"),
     "segment_sum_csr": lambda s, i, o: so.segment_sum_csr(s, i, out=o),
     "segment_mean_csr": lambda s, i, o: so.segment_mean_csr(s, i, out=o),
     "segment_min_csr": lambda s, i, o: so.segment_min_csr(s, i, out=o),
@@ -231,6 +232,7 @@ _BAD_OUT_OPS = {
     "reduce-dtype": lambda: torch.ops.torch_segops.segment_mean_out(
         _OUT_SRC, _OUT_INDPTR, torch.empty(2, 2, dtype=torch.float64)),
     "reduce-strided": lambda: torch.ops.torch_segops.segment_logsumexp_out(_OUT_SRC, _OUT_INDPTR, torch.empty(2, 2).t()),
+    "mul-shape": lambda: torch.ops.torch_segops.segment_mul_out(_OUT_SRC, _OUT_INDPTR, torch.empty(2, 3)),
     "arg-shape": lambda: torch.ops.torch_segops.segment_max_out(
         _OUT_SRC, _OUT_INDPTR, torch.empty(2, 2), torch.empty(0, dtype=torch.long)),
     "arg-dtype": lambda: torch.ops.torch_segops.segment_min_out(

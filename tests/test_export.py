@@ -30,8 +30,9 @@ class AllOps(torch.nn.Module):
         mn2 = so.segment_csr(src, indptr, reduce="min")
         lse = so.segment_logsumexp_csr(src, indptr)
         soft = so.segment_softmax_csr(src, indptr)
+        prod = so.segment_csr(src, indptr, reduce="mul")
         spread = so.gather_csr(mean, indptr, size=n)  # size given: no data-dependent output shape
-        return (total, added, summed, mean, mean2, mn, argmin, mx, argmax, mx2, mn2, lse, soft,
+        return (total, added, summed, mean, mean2, mn, argmin, mx, argmax, mx2, mn2, lse, soft, prod,
                 spread, soft * spread + src)
 
 
@@ -69,7 +70,8 @@ def test_export_static_shapes():
     targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
     for op in ("torch_segops.segment_sum.default", "torch_segops.segment_mean.default",
                "torch_segops.segment_min.default", "torch_segops.segment_max.default",
-               "torch_segops.segment_logsumexp.default", "torch_segops.gather_csr.default",
+               "torch_segops.segment_logsumexp.default", "torch_segops.segment_mul.default",
+               "torch_segops.gather_csr.default",
                "torch_segops.segment_softmax.default"):
         assert op in targets, f"{op} not in the exported graph: {sorted(targets)}"
     _assert_same(ep.module()(src, indptr), AllOps()(src, indptr))

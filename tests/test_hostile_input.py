@@ -63,9 +63,13 @@ MIXED_META = {
     "segment_coo": (lambda: so.segment_coo(SRC, META_INDEX, dim_size=2), "index"),
     "gather_coo": (lambda: so.gather_coo(SRC, META_INDEX[:3]), "index"),
     "scatter": (lambda: so.scatter(SRC, META_INDEX, 0, dim_size=2), "index"),
+    "scatter_mul": (lambda: so.scatter_mul(SRC, META_INDEX, 0, dim_size=2), "index"),
+    "segment_csr_mul": (lambda: so.segment_csr(SRC, META_INDPTR, reduce="mul"), "indptr"),
     "scatter_meta_plan": (lambda: so.scatter(SRC, torch.tensor([0, 0, 1, 1]), 0, plan=META_PLAN), "plan.perm"),
     "op_segment_max": (lambda: _ops.segment_max(SRC, META_INDPTR), "indptr"),
     "op_segment_mean": (lambda: _ops.segment_mean(SRC, META_INDPTR), "indptr"),
+    "op_segment_mul": (lambda: _ops.segment_mul(SRC, META_INDPTR), "indptr"),
+    "op_segment_mul_out": (lambda: _ops.segment_mul_out(SRC, META_INDPTR, torch.empty(2, 2)), "indptr"),
     "op_gather_csr": (lambda: _ops.gather_csr(SRC[:2], META_INDPTR, 4), "indptr"),
     "op_segment_softmax": (lambda: _ops.segment_softmax(SRC, META_INDPTR), "indptr"),
     "op_softmax_backward": (lambda: _ops.segment_softmax_backward(SRC, SRC, META_INDPTR), "indptr"),
@@ -95,6 +99,7 @@ def test_meta_tensor_mixed_with_cpu_tensors_raises_in_torchscript():
 def test_meta_only_calls_still_give_shapes():
     src = SRC.to("meta")
     assert so.segment_csr(src, META_INDPTR, reduce="max").shape == (2, 2)
+    assert so.segment_csr(src, META_INDPTR, reduce="mul").shape == (2, 2)
     values, arg = so.segment_max_csr(src, META_INDPTR)
     assert values.device.type == "meta" and arg.shape == (2, 2)
     assert so.gather_csr(src[:2], META_INDPTR, size=4).shape == (4, 2)

@@ -12,19 +12,24 @@ from hypothesis import strategies as st
 import reference as R
 import torch_segops as so
 
-FLOAT_REDUCES = ("sum", "add", "mean", "min", "max")
-INT_REDUCES = ("sum", "add", "mean", "min", "max")
+FLOAT_REDUCES = ("sum", "add", "mean", "mul", "min", "max")
+INT_REDUCES = ("sum", "add", "mean", "mul", "min", "max")
 NAMED = {
     "sum": so.segment_sum_csr,
     "add": so.segment_add_csr,
     "mean": so.segment_mean_csr,
     "min": so.segment_min_csr,
     "max": so.segment_max_csr,
+    # pytorch_scatter has no segment_mul_csr: segment_csr's reduce="mul" stands in
+    "mul": lambda src, indptr, out=None: so.segment_csr(src, indptr, out=out, reduce="mul"),
 }
 
 
 def check_segment(src, indptr, reduce, what=""):
-    """segment_csr and the named wrapper against the reference; returns the kernel output."""
+    """segment_csr and the named wrapper against the reference; returns the kernel output. mul takes src
+    through R.near_one (no overflow)."""
+    if reduce == "mul":
+        src = R.near_one(src)
     before = src.clone()
     expected, expected_arg = R.segment(src, indptr, reduce)
     out = so.segment_csr(src, indptr, reduce=reduce)
@@ -149,7 +154,7 @@ def test_empty_segments_give_zero_and_arg_size():
     for reduce in FLOAT_REDUCES:
         out = so.segment_csr(src, indptr, reduce=reduce)
         assert out.shape == (5, 2)
-        assert bool((out[[0, 2, 4]] == 0).all()), reduce
+        assert bool((out[[0, 2, 4]] == (1 if reduce == "mul" else 0)).all()), reduce  # mul: the empty product
     for fn in (so.segment_min_csr, so.segment_max_csr):
         _, arg = fn(src, indptr)
         assert arg.dtype == torch.int64
@@ -289,7 +294,7 @@ def test_gather_inverts_mean_of_constant_segments():
 # ---------------------------------------------------------------------------------------------
 # The registered ops themselves (torch.ops.torch_segops.*).
 
-@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max", "logsumexp"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max", "logsumexp", "mul"])
 def test_registered_segment_reduce(reduce):
     src = torch.randn(2, 11, 3)
     indptr = torch.tensor([[0, 4, 4, 10]])
@@ -299,7 +304,7 @@ def test_registered_segment_reduce(reduce):
         out, arg = result
         R.assert_equal(arg, expected_arg, "arg")
     else:
-        assert isinstance(result, torch.Tensor), "sum, mean and logsumexp return the values alone"
+        assert isinstance(result, torch.Tensor), "sum, mean, mul and logsumexp return the values alone"
         out = result
     R.assert_reduction_close(out, expected, src, indptr, reduce)
 
@@ -704,3 +709,41 @@ def test_empty_indptr_for_the_other_functions():
     assert values.shape == arg.shape == (0, 2)
     assert so.gather_csr(torch.randn(0, 2), empty).shape == (0, 2)
     assert torch.equal(so.gather_csr(torch.randn(0, 2), empty, size=3), torch.zeros(3, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce="mul"
+
+@pytest.mark.parametrize("dtype", R.ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("features", [1, 2, 5, 16, 37, 300], ids=lambda f: f"F{f}")
+def test_mul_zeros_signs_and_empty_segments(features, dtype):
+    # Every code path (row lanes, feature blocks, several feature tiles), segments long enough to cross
+    # parallel chunks; factors in {-1, 0, 1, 2}: exact products, ties of sign and zeros.
+    gen = torch.Generator().manual_seed(features)
+    picks = torch.tensor([-1, 0, 1, 1, 2, 1, -1, 1]).to(dtype)
+    lengths = torch.tensor([0, 1, 7, 0, 33, 3, 1500, 2, 0])
+    indptr = R.indptr_from_lengths(lengths, start=2)
+    src = picks[torch.randint(len(picks), (int(indptr[-1]) + 3, features), generator=gen)]
+    src[2 + 7 + 1:2 + 7 + 1 + 33] = picks[4]  # one segment of 2s only: 2**33 (float: exact; int32: wraps to 0)
+    expected, _ = R.segment(src, indptr, "mul")
+    got = so.segment_csr(src, indptr, reduce="mul")
+    R.assert_equal(got, expected, f"mul F={features} {dtype}")
+    assert bool((got[lengths == 0] == 1).all()), "an empty segment gives the empty product 1"
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_mul_integer_overflow_wraps_like_torch(dtype):
+    info = torch.iinfo(dtype)
+    src = torch.tensor([info.max, 3, info.min, -1, 7, info.max, info.max, 5, 3], dtype=dtype).unsqueeze(1)
+    indptr = torch.tensor([0, 2, 4, 9])
+    expected = torch.stack([src[a:b].prod(0, dtype=dtype) for a, b in zip(indptr[:-1], indptr[1:])])
+    R.assert_equal(so.segment_csr(src, indptr, reduce="mul"), expected, "integer mul overflow")
+
+
+@pytest.mark.parametrize("features", [1, 16, 37], ids=lambda f: f"F{f}")
+def test_mul_special_values(features):
+    gen = torch.Generator().manual_seed(features)
+    src = torch.tensor(SPECIAL)[torch.randint(len(SPECIAL), (60, features), generator=gen)]
+    indptr = torch.tensor([0, 1, 9, 25, 40, 50, 52, 60])
+    expected = torch.stack([src[a:b].prod(0) for a, b in zip(indptr[:-1], indptr[1:])])
+    torch.testing.assert_close(so.segment_csr(src, indptr, reduce="mul"), expected, equal_nan=True, rtol=0, atol=0)

@@ -15,9 +15,9 @@ import reference as R
 import torch_segops as so
 
 ERRORS = (TypeError, ValueError, RuntimeError)
-REDUCES = ("sum", "add", "mean", "min", "max")
+REDUCES = ("sum", "add", "mean", "mul", "min", "max")
 NAMED = {"sum": so.scatter_sum, "add": so.scatter_add, "mean": so.scatter_mean, "min": so.scatter_min,
-         "max": so.scatter_max}
+         "max": so.scatter_max, "mul": so.scatter_mul}
 
 
 @st.composite
@@ -46,9 +46,16 @@ def scatter_cases(draw, dtypes=R.ALL_DTYPES):
 
 
 def check_scatter(src, index, dim, dim_size, reduce, what):
+    if reduce == "mul":
+        src = R.near_one(src)
     expected, expected_arg = R.scatter(src, index, dim, dim_size, reduce)
     got = so.scatter(src, index, dim, dim_size=dim_size, reduce=reduce)
     named = NAMED[reduce](src, index, dim, dim_size=dim_size)
+    if reduce == "mul":
+        counts, _ = R.scatter(torch.ones_like(src, dtype=torch.float64), index, dim, dim_size, "sum")
+        R.assert_product_close(got, expected, counts, f"scatter mul {what}")
+        R.assert_product_close(named, expected, counts, f"named mul {what}")
+        return
     if reduce in ("min", "max") or not src.dtype.is_floating_point:
         R.assert_equal(got, expected, f"scatter {reduce} {what}")
         if reduce in ("min", "max"):
@@ -122,6 +129,20 @@ def test_out_is_reduced_into():
     assert arg.tolist() == [3, 4, 4]
     # (2 + 2 + 4) / 2, untouched, (2 + 1 + 3) / 2
     R.reduce_into(so.scatter_mean, src, index, [2.0, 0.0, 2.0], [4.0, 0.0, 3.0])
+    # pytorch_scatter's scatter_mul multiplies into out: 10 * 2 * 4, untouched, 30 * 1 * 3
+    R.reduce_into(so.scatter_mul, src, index, [10.0, 20.0, 30.0], [80.0, 20.0, 90.0])
+    R.reduce_into(so.scatter, src.long(), index, [10, 20, 30], [80, 20, 90], reduce="mul")
+
+
+def test_mul_gives_one_where_nothing_is_scattered():
+    """pytorch_scatter's scatter_mul starts from ones: targets that get nothing are 1 (also for an empty src;
+    then out= is left as it is)."""
+    src = torch.tensor([[2, 3], [4, 5]], dtype=torch.int32)
+    assert so.scatter_mul(src, torch.tensor([1, 1]), 0, dim_size=3).tolist() == [[1, 1], [8, 15], [1, 1]]
+    assert so.scatter_mul(torch.empty(0, 2), torch.empty(0, dtype=torch.long), 0, dim_size=3).tolist() == [[1, 1]] * 3
+    out = torch.tensor([[2.0, 3.0]])
+    assert so.scatter(torch.empty(0, 2), torch.empty(0, dtype=torch.long), 0, out=out, reduce="mul") is out
+    assert out.tolist() == [[2.0, 3.0]]
 
 
 def test_out_with_a_full_index():
@@ -141,9 +162,11 @@ def _big(seed=0, n=200_000, f=16, targets=1000):
     return src, index
 
 
-@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "mul"])
 def test_bitwise_deterministic_across_threads_and_runs(reduce):
     src, index = _big()
+    if reduce == "mul":
+        src = R.near_one(src)  # products of ~200 factors that neither overflow nor vanish
     results = []
     for threads in (1, 2, 1, 2):
         torch.set_num_threads(threads)
@@ -196,7 +219,7 @@ def test_bad_plan():
 # ---- gradients -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["1d", "full", "plan"])
-@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max", "mul"])
 def test_gradcheck(reduce, kind):
     from test_autograd import distinct_values
 
@@ -208,6 +231,21 @@ def test_gradcheck(reduce, kind):
     plan = so.scatter_plan(index, 6) if kind == "plan" else None
     assert torch.autograd.gradcheck(lambda t: so.scatter(t, index, 0, dim_size=6, reduce=reduce, plan=plan), (x,),
                                     eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["1d", "full"])
+def test_mul_gradcheck_with_zeros(kind):
+    """Targets holding no, one, two and three zeros: the gradient of a product is the product of the
+    others, also at and next to a zero (pytorch_scatter's prod / x gives 0 there), to second order."""
+    x = torch.tensor([[0.0, 1.5], [2.0, 0.0], [0.0, 0.0], [-1.25, 0.0], [3.0, 0.5], [0.0, 0.75], [0.5, -2.0]],
+                     dtype=torch.float64, requires_grad=True)
+    if kind == "full":
+        index = torch.tensor([[0, 1], [0, 1], [0, 1], [1, 1], [2, 0], [0, 0], [2, 0]])
+    else:
+        index = torch.tensor([0, 0, 0, 1, 2, 0, 2])
+    fn = lambda t: so.scatter(t, index, 0, dim_size=4, reduce="mul")  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-8)
+    assert torch.autograd.gradgradcheck(fn, (x,), eps=1e-6, atol=1e-8)
 
 
 def test_gradcheck_into_out():
@@ -230,7 +268,7 @@ def test_gradcheck_into_out():
     ("wrong_length", torch.tensor([0, 1, 2]), {}, "index"),
     ("bad_broadcast", torch.zeros(4, 3, dtype=torch.long), {}, "index"),
     ("dim_out_of_range", torch.tensor([0, 1, 1, 2]), {"dim": 2}, "dim"),
-    ("reduce_mul", torch.tensor([0, 1, 1, 2]), {"reduce": "mul"}, "reduce"),
+    ("reduce_prod", torch.tensor([0, 1, 1, 2]), {"reduce": "prod"}, "reduce"),
     ("negative_dim_size", torch.tensor([0, 1, 1, 2]), {"dim_size": -1}, "dim_size"),
     ("out_dtype", torch.tensor([0, 1, 1, 2]), {"out": torch.zeros(3, 2, dtype=torch.float64)}, "out"),
     ("out_shape", torch.tensor([0, 1, 1, 2]), {"out": torch.zeros(3, 3)}, "out"),
@@ -254,7 +292,7 @@ def test_error_leaves_out_untouched():
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dim_size", [6, None], ids=["dim_size", "from_index"])
-@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "mul"])
 def test_compile_fullgraph(reduce, dim_size, backend):
     index = torch.tensor([2, 0, 2, 4, 0, 2, 1])
 
@@ -266,7 +304,7 @@ def test_compile_fullgraph(reduce, dim_size, backend):
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", ["scatter", "scatter_sum", "scatter_add", "scatter_mean", "scatter_min",
-                                  "scatter_max"])
+                                  "scatter_max", "scatter_mul"])
 def test_scripted_equals_eager(name):
     fn = getattr(so, name)
     scripted = torch.jit.script(fn)
@@ -274,8 +312,11 @@ def test_scripted_equals_eager(name):
     index = torch.tensor([2, 0, 2, 4, 0, 2, 1])
     full = torch.randint(0, 4, (7, 3))
     plan = torch.jit.script(so.scatter_plan)(index, 6)
-    for args in ((src, index, 0), (src, full, 0, None, 5), (src, index, 0, torch.ones(5, 3)), (src, index, -2, None, 6,
-                                                                                               ) + (("max",) if name == "scatter" else ()) + (plan,)):
+    calls = [(src, index, 0), (src, full, 0, None, 5), (src, index, 0, torch.ones(5, 3)),
+             (src, index, -2, None, 6) + (("max",) if name == "scatter" else ()) + (plan,)]
+    if name == "scatter":
+        calls.append((src, index, 0, torch.full((5, 3), 2.0), None, "mul"))
+    for args in calls:
         a = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in args)
         b = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in args)
         got, expected = scripted(*a), fn(*b)

@@ -27,7 +27,9 @@ def _same(got, expected):
 # (function name, argument tuples to call both versions with)
 CSR_CALLS = {
     "segment_csr": [(SRC, INDPTR), (SRC, INDPTR, None, "mean"), (SRC, INDPTR, None, "max"),
-                    ((SRC * 10).long(), INDPTR, None, "mean"), (SRC, torch.zeros(1, 0, dtype=torch.long))],
+                    ((SRC * 10).long(), INDPTR, None, "mean"), (SRC, torch.zeros(1, 0, dtype=torch.long)),
+                    (SRC, INDPTR, None, "mul"),
+                    ((SRC * 10).int(), INDPTR, torch.empty(2, 4, 3, dtype=torch.int32), "mul")],
     "segment_sum_csr": [(SRC, INDPTR), (SRC, INDPTR.int())],
     "segment_add_csr": [(SRC, INDPTR)],
     "segment_mean_csr": [(SRC, INDPTR), ((SRC * 10).int(), INDPTR)],
@@ -40,7 +42,8 @@ CSR_CALLS = {
 INDEX = torch.tensor([[0, 0, 0, 2, 2, 2, 2, 2, 3, 3, 3]])
 COO_CALLS = {
     "segment_coo": [(SRC, INDEX), (SRC, INDEX, None, 6, "mean"), (SRC, INDEX, None, None, "min"),
-                    ((SRC * 10).long(), INDEX, None, None, "mean"), (SRC, INDEX, torch.ones(2, 4, 3), None, "max")],
+                    ((SRC * 10).long(), INDEX, None, None, "mean"), (SRC, INDEX, torch.ones(2, 4, 3), None, "max"),
+                    (SRC, INDEX, torch.full((2, 4, 3), 2.0), None, "mul")],
     "segment_sum_coo": [(SRC, INDEX), (SRC, INDEX.int(), torch.ones(2, 5, 3))],
     "segment_add_coo": [(SRC, INDEX, None, 4)],
     "segment_mean_coo": [(SRC, INDEX), (SRC, INDEX, torch.ones(2, 4, 3))],

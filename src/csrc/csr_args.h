@@ -67,7 +67,7 @@ void dispatch_dtype(ScalarType t, bool allow_int, const char* op, const char* ar
       break;
   }
   fail(op, arg, " has unsupported dtype ", torch::headeronly::toString(t), "; supported: float16, bfloat16, float32, float64",
-       allow_int ? ", int32, int64" : " (integer dtypes only for sum, min, max and gather)");
+       allow_int ? ", int32, int64" : " (integer dtypes only for sum, mul, min, max and gather)");
 }
 
 // Checks shapes, dtypes and devices (not the offsets themselves: that is backend work, see

@@ -4,7 +4,7 @@
 #include "reduce_ops.h"
 
 STABLE_TORCH_LIBRARY(torch_segops, m) {
-  // One op per reduction (reduce_ops.h): segment_sum, segment_mean, segment_logsumexp (src, indptr) ->
+  // One op per reduction (reduce_ops.h): segment_sum, segment_mean, segment_logsumexp, segment_mul (src, indptr) ->
   // Tensor; segment_min, segment_max (src, indptr) -> (Tensor, Tensor), the second output the
   // argmin/argmax (absolute positions along dim, src.size(dim) for empty segments). Their out= forms
   // segment_<name>_out write into the caller's contiguous tensors (out= of the Python API, when no

@@ -32,6 +32,7 @@ SEGOPS_REDUCE_OP(Mean, "mean", false)
 SEGOPS_REDUCE_OP(Min, "min", true)
 SEGOPS_REDUCE_OP(Max, "max", true)
 SEGOPS_REDUCE_OP(LogSumExp, "logsumexp", false)
+SEGOPS_REDUCE_OP(Mul, "mul", false)
 #undef SEGOPS_REDUCE_OP
 
 // f(std::integral_constant<Reduce, R>{}) for every reduction R.
@@ -41,7 +42,8 @@ void for_each_reduce(F&& f) {
                                   std::integral_constant<Reduce, Reduce::Mean>{},
                                   std::integral_constant<Reduce, Reduce::Min>{},
                                   std::integral_constant<Reduce, Reduce::Max>{},
-                                  std::integral_constant<Reduce, Reduce::LogSumExp>{});
+                                  std::integral_constant<Reduce, Reduce::LogSumExp>{},
+                                  std::integral_constant<Reduce, Reduce::Mul>{});
 }
 
 }  // namespace torch_segops

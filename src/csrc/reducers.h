@@ -20,7 +20,7 @@
 
 namespace torch_segops {
 
-enum class Reduce : int { Sum, Mean, Min, Max, LogSumExp };
+enum class Reduce : int { Sum, Mean, Min, Max, LogSumExp, Mul };
 
 // Accumulation type: float16/bfloat16 accumulate in float32, int32 in int64.
 template <typename T> struct AccType { using type = T; };
@@ -43,6 +43,26 @@ template <typename A> struct SumOp {
   SEGOPS_HD static State identity() { return {A(0)}; }
   SEGOPS_HD static void step(State& s, A x, int64_t) { s.v += x; }
   SEGOPS_HD static void merge(State& a, const State& b) { a.v += b.v; }
+  SEGOPS_HD static A finalize(const State& s, int64_t) { return s.v; }
+};
+
+// Product; an empty segment gives the identity 1 (pytorch_scatter's scatter_mul leaves untouched outputs
+// at 1). Integers multiply as unsigned: an overflow wraps (as torch's integer products do) instead of
+// being undefined behaviour.
+template <typename A> struct ProdOp {
+  struct State { A v; };
+  static constexpr bool kHasArg = false;
+  SEGOPS_HD static A mul(A a, A b) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+    } else {
+      return a * b;
+    }
+  }
+  SEGOPS_HD static State identity() { return {A(1)}; }
+  SEGOPS_HD static void step(State& s, A x, int64_t) { s.v = mul(s.v, x); }
+  SEGOPS_HD static void merge(State& a, const State& b) { a.v = mul(a.v, b.v); }
   SEGOPS_HD static A finalize(const State& s, int64_t) { return s.v; }
 };
 
@@ -128,5 +148,6 @@ template <typename A> struct ReducerFor<Reduce::Mean, A> { using type = MeanOp<A
 template <typename A> struct ReducerFor<Reduce::Min, A> { using type = ArgExtremumOp<A, false>; };
 template <typename A> struct ReducerFor<Reduce::Max, A> { using type = ArgExtremumOp<A, true>; };
 template <typename A> struct ReducerFor<Reduce::LogSumExp, A> { using type = LogSumExpOp<A>; };
+template <typename A> struct ReducerFor<Reduce::Mul, A> { using type = ProdOp<A>; };
 
 }  // namespace torch_segops

@@ -43,7 +43,7 @@ struct SegmentOps {
     const char* op = op_names(kOpSegmentCsr).name;
     const CsrArgs a = make_csr_args(src, indptr, op);
     constexpr bool with_arg = ReduceOp<R>::kHasArg;
-    dispatch_dtype(src.scalar_type(), R == Reduce::Sum || with_arg, op, "src", [](auto) {});
+    dispatch_dtype(src.scalar_type(), R == Reduce::Sum || R == Reduce::Mul || with_arg, op, "src", [](auto) {});
     Backend be(a, kOpSegmentCsr);
     be.check_indptr(a, a.N, op_names(kOpSegmentCsr).limit_what);
     const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);

@@ -52,6 +52,7 @@ else:
         scatter_max,
         scatter_mean,
         scatter_min,
+        scatter_mul,
         scatter_plan,
         scatter_sum,
     )
@@ -72,7 +73,8 @@ else:
     # every public op function: a CUDA out-of-memory error is raised as torch.OutOfMemoryError (_errors.py)
     for _name in (
         "gather_coo", "gather_csr", "scatter", "scatter_add", "scatter_log_softmax", "scatter_logsumexp",
-        "scatter_max", "scatter_mean", "scatter_min", "scatter_plan", "scatter_softmax", "scatter_std", "scatter_sum", "segment_add_coo", "segment_add_csr", "segment_coo", "segment_csr",
+        "scatter_max", "scatter_mean", "scatter_min", "scatter_mul", "scatter_plan", "scatter_softmax", "scatter_std",
+        "scatter_sum", "segment_add_coo", "segment_add_csr", "segment_coo", "segment_csr",
         "segment_logsumexp_csr", "segment_max_coo", "segment_max_csr", "segment_mean_coo", "segment_mean_csr",
         "segment_min_coo", "segment_min_csr", "segment_softmax_csr", "segment_sum_coo", "segment_sum_csr",
     ):
@@ -98,6 +100,7 @@ __all__ = [
     "scatter_max",
     "scatter_mean",
     "scatter_min",
+    "scatter_mul",
     "scatter_plan",
     "scatter_softmax",
     "scatter_std",

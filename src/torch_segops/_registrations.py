@@ -23,7 +23,7 @@ def _reduced_shape(src: Tensor, indptr: Tensor, n) -> list:
 
 
 # One op per reduction (src/csrc/reduce_ops.h): segment_<name> and segment_<name>_out.
-REDUCE_OPS = ("sum", "mean", "min", "max", "logsumexp")
+REDUCE_OPS = ("sum", "mean", "min", "max", "logsumexp", "mul")
 WITH_ARG = ("min", "max")  # these also return the argmin/argmax
 
 
@@ -84,13 +84,37 @@ def _segment_lengths(indptr: Tensor, like: Tensor) -> Tensor:
     return counts.view(list(counts.shape) + [1] * (like.dim() - dim - 1))
 
 
+def _product_backward(grad_out: Tensor, src: Tensor, indptr: Tensor, n: int) -> Tensor:
+    """Gradient of segment_mul: grad times the product of the other entries of the segment, exact where the
+    segment holds zeros (no division by one), and itself differentiable: with Pz the product of the
+    segment's non-zero entries, Z the product of its zero entries (1 without any) and c their count,
+      x_i != 0:  Pz * Z / x_i
+      x_i == 0:  Pz if c == 1;  Pz * (the other zero) if c == 2, written S0 - x_i (S0: the sum of the zero
+                 entries), whose value is 0 and whose derivative is right; 0 if c > 2.
+    (A plain Pz * Z / x_i or prod / x_i would lose the second derivatives through the zeros.)"""
+    zero = src == 0
+    pz = _ops.segment_mul(torch.where(zero, torch.ones_like(src), src), indptr)
+    z = _ops.segment_mul(torch.where(zero, src, torch.ones_like(src)), indptr)
+    s0 = _ops.segment_sum(torch.where(zero, src, torch.zeros_like(src)), indptr)
+    count = _ops.segment_sum(zero.to(src.dtype), indptr)
+
+    def rows(t: Tensor) -> Tensor:
+        return _ops.gather_csr(t, indptr, n)
+
+    grad, pz, count = rows(grad_out), rows(pz), rows(count)
+    x = torch.where(zero, torch.ones_like(src), src)
+    at_zero = torch.where(count == 1, torch.ones_like(src),
+                          torch.where(count == 2, rows(s0) - src, torch.zeros_like(src)))
+    return grad * pz * torch.where(zero, at_zero, rows(z) / x)
+
+
 def _segment_reduce_autograd(reduce: str):
     """(setup_context, backward) of the op segment_<reduce>."""
 
     def setup(ctx, inputs, output):
         src, indptr = inputs
         ctx.n = src.size(indptr.dim() - 1)
-        if reduce == "logsumexp":
+        if reduce == "logsumexp" or reduce == "mul":
             ctx.save_for_backward(src, indptr)
         elif reduce in WITH_ARG:
             ctx.save_for_backward(indptr, output[1])
@@ -101,6 +125,9 @@ def _segment_reduce_autograd(reduce: str):
         if reduce == "logsumexp":
             src, indptr = ctx.saved_tensors
             return _ops.segment_softmax(src, indptr) * _ops.gather_csr(grad_out, indptr, ctx.n), None
+        if reduce == "mul":
+            src, indptr = ctx.saved_tensors
+            return _product_backward(grad_out, src, indptr, ctx.n), None
         if reduce == "sum":
             (indptr,) = ctx.saved_tensors
             return _ops.gather_csr(grad_out, indptr, ctx.n), None

@@ -9,8 +9,9 @@ so results, gradients, determinism, fake kernels and torch.compile support are t
 
 Output size along dim: ``out.size(dim)``, else ``dim_size``, else ``max(index) + 1`` (read from index:
 a host synchronisation on the GPU). With ``out=`` the COO reductions reduce into what ``out`` already
-holds (pytorch_scatter's documented ``out_i = out_i + sum_j src_j``; min/max keep ``out_i`` where it
-wins; mean gives ``(out_i + sum_j src_j) / max(count_i, 1)``), unlike the CSR forms, which overwrite.
+holds (pytorch_scatter's documented ``out_i = out_i + sum_j src_j``; mul gives ``out_i * prod_j src_j``;
+min/max keep ``out_i`` where it wins; mean gives ``(out_i + sum_j src_j) / max(count_i, 1)``), unlike the
+CSR forms, which overwrite.
 Scriptable with ``torch.jit.script`` like the CSR wrappers.
 """
 
@@ -86,6 +87,8 @@ def _reduce_into(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Tensor,
     _check_out(fn, out, values.dtype, values.device, list(values.shape))
     if reduce == "sum" or reduce == "add":
         return out.copy_(out + values), arg
+    if reduce == "mul":
+        return out.copy_(out * values), arg
     if reduce == "mean":
         return out.copy_(_div_count(out + values, counts, rounding)), arg
     better = values < out if reduce == "min" else values > out
@@ -167,7 +170,8 @@ def segment_max_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
 
 def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_size: Optional[int] = None,
                 reduce: str = "sum") -> Tensor:
-    """pytorch_scatter's ``segment_coo``: reduce the rows of ``src`` by their sorted ``index``."""
+    """pytorch_scatter's ``segment_coo``: reduce the rows of ``src`` by their sorted ``index``; also
+    ``reduce="mul"`` (as :func:`torch_segops.segment_csr`: empty segments 1; with ``out``, multiplied in)."""
     _check_reduce("segment_coo", reduce)
     return _segment_coo("segment_coo", src, index, out, dim_size, reduce)[0]
 

@@ -23,7 +23,7 @@ from ._registrations import _segment_lengths
 
 _ops = torch.ops.torch_segops
 
-REDUCTIONS = ("sum", "add", "mean", "min", "max")
+REDUCTIONS = ("sum", "add", "mean", "mul", "min", "max")
 
 
 def _check_type(fn: str, name: str, value) -> None:
@@ -33,8 +33,10 @@ def _check_type(fn: str, name: str, value) -> None:
 
 
 def _check_reduce(fn: str, reduce: str) -> None:
-    if reduce not in ["sum", "add", "mean", "min", "max"]:  # REDUCTIONS (a literal: TorchScript reads no globals)
-        raise ValueError(f"torch_segops.{fn}: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got '{reduce}'")
+    # REDUCTIONS (a literal: TorchScript reads no globals)
+    if reduce not in ["sum", "add", "mean", "mul", "min", "max"]:
+        raise ValueError(f"torch_segops.{fn}: reduce must be one of 'sum', 'add', 'mean', 'mul', 'min', 'max', "
+                         f"got '{reduce}'")
 
 
 def _check_tensors(fn: str, src: Tensor, indptr: Tensor) -> None:
@@ -120,18 +122,20 @@ def _integer_mean(src: Tensor, indptr: Tensor) -> Tensor:
 
 
 def _no_arg(src: Tensor) -> Tensor:
-    """The arg of a reduction without one (sum, mean, logsumexp): an empty int64 tensor."""
+    """The arg of a reduction without one (sum, mean, mul, logsumexp): an empty int64 tensor."""
     return torch.empty([0], dtype=torch.long, device=src.device)
 
 
 def _segment_reduce(src: Tensor, indptr: Tensor, reduce: str) -> Tuple[Tensor, Tensor]:
-    """(values, arg) of the compiled op of ``reduce`` ("sum"/"add", "mean", "min", "max", "logsumexp"):
+    """(values, arg) of the compiled op of ``reduce`` ("sum"/"add", "mean", "mul", "min", "max", "logsumexp"):
     the one place that maps a reduce name to its op (one op per reduction, no string crosses into C++:
     docs/design.md). arg is the argmin/argmax for min/max, empty otherwise."""
     if reduce == "sum" or reduce == "add":
         return _ops.segment_sum(src, indptr), _no_arg(src)
     if reduce == "mean":
         return _ops.segment_mean(src, indptr), _no_arg(src)
+    if reduce == "mul":
+        return _ops.segment_mul(src, indptr), _no_arg(src)
     if reduce == "min":
         return _ops.segment_min(src, indptr)
     if reduce == "max":
@@ -154,6 +158,8 @@ def _segment_reduce_out(src: Tensor, indptr: Tensor, reduce: str, out: Tensor) -
         _ops.segment_sum_out(src, indptr, out)
     elif reduce == "mean":
         _ops.segment_mean_out(src, indptr, out)
+    elif reduce == "mul":
+        _ops.segment_mul_out(src, indptr, out)
     elif reduce == "logsumexp":
         _ops.segment_logsumexp_out(src, indptr, out)
     else:
@@ -204,7 +210,9 @@ def segment_max_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -
 
 
 def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduce: str = "sum") -> Tensor:
-    """pytorch_scatter's ``segment_csr``: reduce each CSR segment with sum/add/mean/min/max."""
+    """pytorch_scatter's ``segment_csr``: reduce each CSR segment with sum/add/mean/min/max; also mul
+    (not in pytorch_scatter's segment_csr): the product, 1 for an empty segment (the empty product, what
+    pytorch_scatter's scatter_mul leaves where nothing is scattered); integer products wrap on overflow."""
     _check_reduce("segment_csr", reduce)
     return _reduce("segment_csr", src, indptr, reduce, out)[0]
 

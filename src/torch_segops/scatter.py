@@ -116,14 +116,18 @@ def _scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size
     index expanded to src: 0 without dim_size): zeros, arg src.size(dim), out unchanged."""
     shape: List[int] = list(src.shape)
     shape[dim] = max(size, 0)
-    # zeros that stay connected to src for autograd (a sum over an empty dim or of no elements)
-    values = src.sum(dim, keepdim=True, dtype=src.dtype).expand(shape)
+    # zeros (ones for mul) that stay connected to src for autograd (a reduction over an empty dim or of no
+    # elements)
+    if reduce == "mul":
+        values = src.prod(dim, keepdim=True, dtype=src.dtype).expand(shape)
+    else:
+        values = src.sum(dim, keepdim=True, dtype=src.dtype).expand(shape)
     arg = torch.full(shape, src.size(dim), dtype=torch.long, device=src.device)
     if reduce != "min" and reduce != "max":
         arg = arg.new_empty([0])
     if out is None:
         return values.contiguous(), arg
-    return _reduce_into(fn, out, "sum", values, arg, src.size(dim), values, "floor")
+    return _reduce_into(fn, out, "mul" if reduce == "mul" else "sum", values, arg, src.size(dim), values, "floor")
 
 
 def _eager_arg_types(fn: str, src, index, dim, out, dim_size) -> Tuple[int, Optional[int]]:
@@ -217,6 +221,15 @@ def scatter_sum(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
 scatter_add = scatter_sum
 
 
+def scatter_mul(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
+                dim_size: Optional[int] = None, plan: Optional[ScatterPlan] = None) -> Tensor:
+    """Product of the values of ``src`` scattered to ``index`` along ``dim``: 1 where nothing is scattered;
+    with ``out``, multiplied into it (pytorch_scatter's scatter_mul). Integer products wrap on overflow.
+    Deterministic; the gradient is exact where a target's entries hold zeros (pytorch_scatter's gives 0
+    there)."""
+    return _scatter("scatter_mul", src, index, dim, out, dim_size, "mul", plan)[0]
+
+
 def scatter_mean(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
                  dim_size: Optional[int] = None, plan: Optional[ScatterPlan] = None) -> Tensor:
     """Mean per target (0 where nothing is scattered); integer src divides with floor, as
@@ -239,8 +252,8 @@ def scatter_max(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
 
 def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None, dim_size: Optional[int] = None,
             reduce: str = "sum", plan: Optional[ScatterPlan] = None) -> Tensor:
-    """pytorch_scatter's ``scatter`` with reduce sum/add/mean/min/max, deterministic."""
-    if reduce not in ["sum", "add", "mean", "min", "max"]:
-        raise ValueError(f"torch_segops.scatter: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got "
-                         f"'{reduce}' (pytorch_scatter's 'mul' is not provided)")
+    """pytorch_scatter's ``scatter`` with reduce sum/add/mul/mean/min/max, deterministic."""
+    if reduce not in ["sum", "add", "mul", "mean", "min", "max"]:
+        raise ValueError(f"torch_segops.scatter: reduce must be one of 'sum', 'add', 'mul', 'mean', 'min', 'max', "
+                         f"got '{reduce}'")
     return _scatter("scatter", src, index, dim, out, dim_size, reduce, plan)[0]

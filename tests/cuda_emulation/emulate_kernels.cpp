@@ -9,7 +9,8 @@
 // lanes, aligned or not) and plan (default tuning, tiny chunks that force deep carry levels, tiny groups
 // of the short-segment kernel on every F > 1 input):
 //   - results equal a naive sequential reference (bitwise for sum/mean/min/max/gather/backward on
-//     integer-valued data, within tolerance for logsumexp/softmax; softmax also at offsets of 1e7, and
+//     integer-valued data, and for mul on factors whose products are exact in any order; within tolerance
+//     for logsumexp/softmax; softmax also at offsets of 1e7, and
 //     6e4 for float16, against a float64 reference);
 //   - results are bitwise identical whatever order the threads run in;
 //   - invalid indptr never reads or writes out of bounds (built with -fsanitize=address,undefined,
@@ -330,6 +331,19 @@ template <typename T> Buf<T> make_data(std::mt19937_64& rng, size_t n, bool misa
   return b;
 }
 
+// Factors for products: -1, 1, 0, 2 and 0.5 (integers: 0), so that a product is exact in any order (its
+// exponent a random walk far from the float range's ends), also with zeros (signed: the sign of a product
+// does not depend on the order either).
+template <typename T> Buf<T> make_factors(std::mt19937_64& rng, size_t n, bool misalign) {
+  Buf<T> b(n, misalign);
+  constexpr double kPick[] = {-1, 1, 1, -1, 1, 0, 2, 0.5};
+  std::uniform_int_distribution<int> v(0, 7);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<T>(static_cast<acc_t<T>>(kPick[v(rng)]));
+  return b;
+}
+template <class Op> constexpr bool kIsProduct = false;
+template <typename A> constexpr bool kIsProduct<ProdOp<A>> = true;
+
 template <typename X> bool bitwise_equal(const Buf<X>& a, const Buf<X>& b, size_t n) {
   return n == 0 || std::memcmp(a.p, b.p, n * sizeof(X)) == 0;
 }
@@ -395,7 +409,8 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool e
   using A = acc_t<T>;
   std::mt19937_64 rng(pb.N * 31 + pb.S * 7 + pb.F);
   const int64_t B = pb.B(), n_out = B * pb.S * pb.F;
-  Buf<T> x = make_data<T>(rng, static_cast<size_t>(B * pb.N * pb.F), misalign == 1, Op::kHasArg);
+  const size_t n_in = static_cast<size_t>(B * pb.N * pb.F);
+  Buf<T> x = kIsProduct<Op> ? make_factors<T>(rng, n_in, misalign == 1) : make_data<T>(rng, n_in, misalign == 1, Op::kHasArg);
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);
@@ -444,6 +459,7 @@ void run_reduce_all(const Problem& pb, const Tuning& tune, int misalign, bool in
   run_reduce_case<SumOp<A>, T>(pb, tune, misalign, true, invalid);
   run_reduce_case<ArgExtremumOp<A, false>, T>(pb, tune, misalign, true, invalid);
   run_reduce_case<ArgExtremumOp<A, true>, T>(pb, tune, misalign, true, invalid);
+  run_reduce_case<ProdOp<A>, T>(pb, tune, misalign, true, invalid);
   if constexpr (std::is_floating_point_v<A>) {
     run_reduce_case<MeanOp<A>, T>(pb, tune, misalign, true, invalid);
     run_reduce_case<LogSumExpOp<A>, T>(pb, tune, misalign, false, invalid);

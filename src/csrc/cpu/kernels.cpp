@@ -257,6 +257,7 @@ void dispatch_reduce(Reduce r, const F& f) {
     case Reduce::Min: return f(TypeTag<ArgExtremumOp<A, false>>{});
     case Reduce::Max: return f(TypeTag<ArgExtremumOp<A, true>>{});
     case Reduce::LogSumExp: return f(TypeTag<LogSumExpOp<A>>{});
+    case Reduce::Mul: return f(TypeTag<ProdOp<A>>{});
   }
 }
 

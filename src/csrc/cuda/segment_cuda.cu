@@ -339,7 +339,7 @@ template <typename A> constexpr ScalarType scalar_type_of() {
   }
 }
 
-// The reducers valid for T (integer dtypes: sum, min, max; make_csr_args' dtype dispatch already
+// The reducers valid for T (integer dtypes: sum, min, max, mul; make_csr_args' dtype dispatch already
 // rejected the others, so they are not instantiated).
 template <typename T, typename F>
 void dispatch_reduce(Reduce r, const F& f) {
@@ -348,6 +348,7 @@ void dispatch_reduce(Reduce r, const F& f) {
     case Reduce::Sum: return f(TypeTag<SumOp<A>>{});
     case Reduce::Min: return f(TypeTag<ArgExtremumOp<A, false>>{});
     case Reduce::Max: return f(TypeTag<ArgExtremumOp<A, true>>{});
+    case Reduce::Mul: return f(TypeTag<ProdOp<A>>{});
     case Reduce::Mean:
       if constexpr (std::is_floating_point_v<A>) return f(TypeTag<MeanOp<A>>{});
       break;
