@@ -72,8 +72,13 @@ def _native_order(index: Tensor) -> bool:
 
 
 def _index_sort(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
-    if torch.jit.is_scripting():  # TorchScript compiles no try statement: the values were checked first
-        return torch.ops.torch_segops.index_sort(rows, size)
+    if not torch.jit.is_scripting():
+        return _index_sort_naming(fn, rows, size, caller_index)
+    return torch.ops.torch_segops.index_sort(rows, size)  # scripted: the values were checked first
+
+
+def _index_sort_naming(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
+    # eager only: TorchScript compiles no try statement
     try:
         return torch.ops.torch_segops.index_sort(rows, size)
     except RuntimeError as e:

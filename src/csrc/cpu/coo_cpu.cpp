@@ -71,13 +71,17 @@ int64_t size_from_max(const I* x, int64_t total) {
   return std::max<int64_t>(best.load(), -1) + 1;
 }
 
-// The [*lead, size + 1] int64 offsets; an allocation failure names them as the COO functions report it.
-Tensor new_offsets(const IndexView& v) {
+// The [*lead, size + 1] int64 offsets; an allocation failure names them as the COO functions report it,
+// unless the index has a problem (problem(): its description, or ""), which is reported instead.
+template <typename Problem>
+Tensor new_offsets(const IndexView& v, const Problem& problem) {
   std::vector<int64_t> shape = v.lead;
   shape.push_back(v.size + 1);
   try {
     return torch::stable::new_empty(v.index, shape, ScalarType::Long);
   } catch (const std::exception& e) {
+    const std::string bad = problem();
+    if (!bad.empty()) throw std::runtime_error(bad);
     std::ostringstream os;
     os << kPrefix << "allocating the CSR offsets of index for dim_size = " << v.size << " (shape (" << v.rows << ", "
        << v.size + 1 << "), int64, " << byte_count(static_cast<double>(v.rows) * static_cast<double>(v.size + 1) * 8.0)
@@ -194,7 +198,7 @@ Tensor index_to_indptr_cpu(Tensor index, int64_t size, bool check_sorted) {
     using I = typename decltype(tag)::type;
     const I* x = static_cast<const I*>(v.index.const_data_ptr());
     if (v.size == -1) v.size = size_from_max(x, v.rows * v.n);
-    indptr = new_offsets(v);
+    indptr = new_offsets(v, [&] { return first_problem(x, v.rows, v.n, v.size, check_sorted); });
     // check_sorted false: the caller promised a sorted index; one that is not still gets true counts
     if (validate_and_offsets<I>(v, indptr, check_sorted)) {
       count_offsets(x, 0, v.rows, v.n, v.size, static_cast<int64_t*>(indptr.mutable_data_ptr()));
@@ -251,7 +255,7 @@ std::tuple<Tensor, Tensor> index_sort_cpu(Tensor index, int64_t size) {
     using I = typename decltype(tag)::type;
     const I* x = static_cast<const I*>(v.index.const_data_ptr());
     if (v.size == -1) v.size = size_from_max(x, v.rows * v.n);
-    indptr = new_offsets(v);
+    indptr = new_offsets(v, [&] { return first_problem(x, v.rows, v.n, v.size, false); });
     std::vector<int64_t> perm_shape = v.lead;
     if (!validate_and_offsets<I>(v, indptr, false)) {  // already sorted: no permutation
       perm_shape.push_back(0);
