@@ -156,10 +156,11 @@ Tensor index_to_indptr_cpu(Tensor index, int64_t size, bool check_sorted) {
 }
 
 // Stable counting sort of the rows [r0, r1) of an in-range index into perm, and their offsets into off,
-// each row cut into `parts` pieces counted in parallel (hist: parts x size scratch, reused row after row).
-template <typename I>
+// each row cut into `parts` pieces counted in parallel (hist: parts x size scratch, reused row after row;
+// Count: int32_t when a row has fewer than 2^31 entries, halving the scratch the random accesses touch).
+template <typename I, typename Count>
 void counting_sort_rows(const I* x, int64_t r0, int64_t r1, int64_t n, int64_t size, int64_t parts, int64_t* perm,
-                        int64_t* off, std::vector<int64_t>& hist) {
+                        int64_t* off, std::vector<Count>& hist) {
   hist.assign(static_cast<size_t>(parts * size), 0);
   const int64_t piece = ceil_div(n, parts);
   for (int64_t r = r0; r < r1; ++r) {
@@ -172,7 +173,7 @@ void counting_sort_rows(const I* x, int64_t r0, int64_t r1, int64_t n, int64_t s
       });
     };
     each_part([&](int64_t p) {
-      int64_t* h = hist.data() + p * size;
+      Count* h = hist.data() + p * size;
       std::fill(h, h + size, 0);
       for (int64_t k = p * piece, e = std::min(n, k + piece); k < e; ++k) ++h[xr[k]];
     });
@@ -182,15 +183,15 @@ void counting_sort_rows(const I* x, int64_t r0, int64_t r1, int64_t n, int64_t s
     for (int64_t t = 0; t < size; ++t) {
       o[t] = start;
       for (int64_t p = 0; p < parts; ++p) {
-        int64_t& h = hist[static_cast<size_t>(p * size + t)];
+        Count& h = hist[static_cast<size_t>(p * size + t)];
         const int64_t c = h;
-        h = start;
+        h = static_cast<Count>(start);
         start += c;
       }
     }
     o[size] = n;
     each_part([&](int64_t p) {
-      int64_t* h = hist.data() + p * size;
+      Count* h = hist.data() + p * size;
       for (int64_t k = p * piece, e = std::min(n, k + piece); k < e; ++k) pr[h[xr[k]]++] = k;
     });
   }
@@ -215,17 +216,25 @@ std::tuple<Tensor, Tensor> index_sort_cpu(Tensor index, int64_t size) {
     int64_t* off = static_cast<int64_t*>(indptr.mutable_data_ptr());
     int64_t* pm = static_cast<int64_t*>(perm.mutable_data_ptr());
     const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
-    if (v.rows >= 2 * threads) {  // many rows: one row at a time per thread
-      torch::stable::parallel_for(0, v.rows, 1, [&](int64_t r0, int64_t r1) {
-        std::vector<int64_t> hist;
-        counting_sort_rows(x, r0, r1, v.n, v.size, 1, pm, off, hist);
-      });
-      return;
+    auto sort_with = [&](auto count_tag) {
+      using Count = typename decltype(count_tag)::type;
+      if (v.rows >= 2 * threads) {  // many rows: one row at a time per thread
+        torch::stable::parallel_for(0, v.rows, 1, [&](int64_t r0, int64_t r1) {
+          std::vector<Count> hist;
+          counting_sort_rows(x, r0, r1, v.n, v.size, 1, pm, off, hist);
+        });
+        return;
+      }
+      // a few long rows: each in parts, as many as threads while the histograms stay below the index's size
+      const int64_t parts = std::max<int64_t>(1, std::min(threads, v.n / std::max<int64_t>(v.size, 1)));
+      std::vector<Count> hist;
+      counting_sort_rows(x, 0, v.rows, v.n, v.size, parts, pm, off, hist);
+    };
+    if (v.n < std::numeric_limits<int32_t>::max()) {
+      sort_with(TypeTag<int32_t>{});
+    } else {
+      sort_with(TypeTag<int64_t>{});
     }
-    // a few long rows: each row in parts, as many as threads while the histograms stay below the index's size
-    const int64_t parts = std::max<int64_t>(1, std::min(threads, v.n / std::max<int64_t>(v.size, 1)));
-    std::vector<int64_t> hist;
-    counting_sort_rows(x, 0, v.rows, v.n, v.size, parts, pm, off, hist);
   });
   return {perm, indptr};
 }
