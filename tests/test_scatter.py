@@ -346,3 +346,9 @@ def test_out_of_range_on_the_native_path_names_the_callers_position():
         so.scatter_sum(torch.ones(5), torch.tensor([0, 1, 2, 3, -1]))
     with pytest.raises(ValueError, match=r"scatter_plan: index must be < dim_size = 4, got index\[1\] = 4"):
         so.scatter_plan(torch.tensor([0, 4, 1]), 4)
+
+
+@pytest.mark.parametrize("index,size", [(torch.tensor([2, 0, 1, 0, 2]), 3), (torch.tensor([[0, 0, 2], [1, 1, 1]]).int(), 4),
+                                        (torch.tensor([0, 1, 1, 3]), -1)], ids=["unsorted", "sorted_int32", "size_from_max"])
+def test_opcheck_index_sort(index, size):
+    torch.library.opcheck(torch.ops.torch_segops.index_sort.default, (index, size))
