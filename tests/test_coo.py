@@ -303,3 +303,26 @@ def test_gather_coo_of_unsorted_and_out_of_range_index_names_the_position():
         so.gather_coo(torch.randn(4, 2), torch.tensor([0, 3, 0, 3]))
     with pytest.raises(ValueError, match=r"gather_coo: index must be < dim_size = 4, got index\[..., 3\] = 4"):
         so.gather_coo(torch.randn(4, 2), torch.tensor([0, 1, 1, 4]))
+
+
+# ---- gather_coo's one pass (gather_index) --------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", R.ALL_DTYPES)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_gather_coo_one_pass_matches_reference(dtype, index_dtype):
+    g = torch.Generator().manual_seed(4)
+    src = R.make_values((3, 40, 5), dtype, g)
+    for index in (torch.randint(0, 40, (3, 90), generator=g), torch.randint(0, 40, (1, 90), generator=g),
+                  torch.zeros(3, 0, dtype=torch.long)):
+        index = index.sort(-1).values.to(index_dtype)
+        R.assert_equal(so.gather_coo(src, index), R.gather_coo(src, index), f"{dtype} {list(index.shape)}")
+    flat = torch.randint(0, 40, (70,), generator=g).sort().values.to(index_dtype)
+    R.assert_equal(so.gather_coo(src[0], flat), R.gather_coo(src[0], flat), "1-d index")
+
+
+def test_gather_index_opcheck_and_gradients():
+    torch.library.opcheck(torch.ops.torch_segops.gather_index.default, (torch.randn(10, 3), torch.tensor([0, 0, 3, 9])))
+    x = torch.randn(2, 12, 3, dtype=torch.float64, requires_grad=True)
+    index = torch.tensor([[0, 0, 4, 4, 11], [1, 2, 2, 2, 3]])
+    assert torch.autograd.gradcheck(lambda t: so.gather_coo(t, index), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: so.gather_coo(t, index), (x,))

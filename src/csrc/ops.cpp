@@ -30,6 +30,9 @@ STABLE_TORCH_LIBRARY(torch_segops, m) {
   // int64 (a counting sort) and indptr the offsets of the sorted index as index_to_indptr gives them;
   // perm is [*lead, 0] when index is already sorted (nothing to permute). Values must be in [0, size).
   m.def("index_sort(Tensor index, SymInt size) -> (Tensor, Tensor)");
+  // gather_coo in one pass (CPU): out[..., e, :] = src[..., index[..., e], :] along dim = index.dim() - 1,
+  // index's leading dims equal to src's; index validated in the same pass (sorted, in [0, src.size(dim))).
+  m.def("gather_index(Tensor src, Tensor index) -> Tensor");
   // Gradient of segment_softmax given its output y: y * (grad - segment_sum(grad * y)) per segment.
   m.def("segment_softmax_backward(Tensor grad, Tensor out, Tensor indptr) -> Tensor");
 }

@@ -88,6 +88,30 @@ def _index_sort_fake(index: Tensor, size: int):
     return perm, index.new_empty([*index.shape[:-1], offsets], dtype=torch.long)
 
 
+@torch.library.register_fake("torch_segops::gather_index")
+def _gather_index_fake(src: Tensor, index: Tensor):
+    torch._check(1 <= index.dim() <= src.dim(), lambda: "torch_segops: index must have between 1 and src.dim() dims")
+    shape = list(src.shape)
+    shape[index.dim() - 1] = index.shape[-1]
+    return src.new_empty(shape)
+
+
+def _gather_index_setup(ctx, inputs, output) -> None:
+    src, index = inputs
+    ctx.save_for_backward(index)
+    ctx.n = src.size(index.dim() - 1)
+
+
+def _gather_index_backward(ctx, grad):
+    # a segment sum over the offsets of the (validated, sorted) index: deterministic
+    (index,) = ctx.saved_tensors
+    indptr = torch.ops.torch_segops.index_to_indptr(index, ctx.n, False)
+    return torch.ops.torch_segops.segment_sum(grad, indptr), None
+
+
+torch.library.register_autograd("torch_segops::gather_index", _gather_index_backward, setup_context=_gather_index_setup)
+
+
 def index_offsets(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tensor:
     """``torch.ops.torch_segops.index_to_indptr`` called by the public function ``fn``: in eager its errors
     name ``fn`` ("torch_segops.segment_coo: index must be ..."); scripted code calls the op itself."""

@@ -16,6 +16,7 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include "cpu/fresh_output.h"
 #include "csr_args.h"
 #include "index_args.h"
 #include "torch_errors.h"
@@ -212,7 +213,7 @@ std::tuple<Tensor, Tensor> index_sort_cpu(Tensor index, int64_t size) {
       return;
     }
     perm_shape.push_back(v.n);
-    perm = new_tensor(v.index, perm_shape, ScalarType::Long, "index_sort", "perm");
+    perm = cpu::fresh_output(new_tensor(v.index, perm_shape, ScalarType::Long, "index_sort", "perm"));
     int64_t* off = static_cast<int64_t*>(indptr.mutable_data_ptr());
     int64_t* pm = static_cast<int64_t*>(perm.mutable_data_ptr());
     const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
@@ -239,8 +240,72 @@ std::tuple<Tensor, Tensor> index_sort_cpu(Tensor index, int64_t size) {
   return {perm, indptr};
 }
 
+// The row copy of gather_index, by element size (the dtypes of dispatch_dtype: 2, 4 or 8 bytes).
+template <typename F>
+void dispatch_bytes(int64_t bytes, const F& f) {
+  if (bytes == 8) return f(TypeTag<uint64_t>{});
+  if (bytes == 4) return f(TypeTag<uint32_t>{});
+  return f(TypeTag<uint16_t>{});
+}
+
+// gather_coo in one pass: out[b, e, :] = src[b, index[b, e], :] for a [B, E] index (leading dims equal to
+// src's), validated in the same pass (sorted along its last dim, in [0, src.size(dim))).
+Tensor gather_index_cpu(Tensor src, Tensor index) {
+  const char* op = "gather_coo";
+  SEGOPS_CHECK(index.dim() >= 1 && index.dim() <= src.dim(), op, "index must have between 1 and src.dim() = ",
+               src.dim(), " dims, got ", index.dim());
+  const int64_t dim = index.dim() - 1;
+  for (int64_t d = 0; d < dim; ++d) {
+    SEGOPS_CHECK(index.size(d) == src.size(d), op, "index.size(", d, ") = ", index.size(d), " must equal src.size(", d,
+                 ") = ", src.size(d));
+  }
+  dispatch_dtype(src.scalar_type(), true, op, "src", [](auto) {});
+  const IndexView v = view_of(index, src.size(dim));
+  int64_t F = 1;
+  for (int64_t d = dim + 1; d < src.dim(); ++d) F *= src.size(d);
+  const Tensor s = contiguous_of(src, op, "src");
+  const Tensor out = cpu::fresh_output(new_tensor(src, sizes_with_dim(src, dim, v.n), src.scalar_type(), op, "out"));
+  const int64_t N = v.size, E = v.n, total = v.rows * E;
+  std::atomic<bool> bad{false};
+  dispatch_index(v.index.scalar_type(), [&](auto itag) {
+    using I = typename decltype(itag)::type;
+    const I* x = static_cast<const I*>(v.index.const_data_ptr());
+    dispatch_bytes(dtype_bytes(src.scalar_type()), [&](auto etag) {
+      using T = typename decltype(etag)::type;
+      const T* sp = static_cast<const T*>(s.const_data_ptr());
+      T* op_ = static_cast<T*>(out.mutable_data_ptr());
+      torch::stable::parallel_for(0, ceil_div(total, kBlock), 1, [&](int64_t b0, int64_t b1) {
+        bool problem = false;
+        const int64_t i1 = std::min(total, b1 * kBlock);
+        for (int64_t i = b0 * kBlock; i < i1;) {
+          const int64_t row = i / E, k0 = i - row * E, end = std::min(i1, i - k0 + E) - row * E;
+          const I* xr = x + row * E;
+          const T* srow = sp + row * N * F;
+          T* orow = op_ + row * E * F;
+          for (int64_t k = k0; k < end; ++k) {
+            const int64_t at = xr[k];
+            const bool ok = at >= 0 && at < N;
+            problem |= !ok || (k > 0 && at < xr[k - 1]);
+            if (!ok) continue;
+            if (F == 1) {
+              orow[k] = srow[at];
+            } else {
+              std::copy(srow + at * F, srow + (at + 1) * F, orow + k * F);
+            }
+          }
+          i = end + row * E;
+        }
+        if (problem) bad.store(true);
+      });
+    });
+    if (bad.load()) throw std::runtime_error(first_problem(x, v.rows, E, N, true));
+  });
+  return out;
+}
+
 constexpr char kIndexToIndptr[] = "index_to_indptr";
 constexpr char kIndexSort[] = "index_sort";
+constexpr char kGatherIndex[] = "gather_index";
 
 }  // namespace
 
@@ -250,4 +315,5 @@ STABLE_TORCH_LIBRARY_IMPL(torch_segops, CPU, m) {
   using namespace torch_segops;
   m.impl("index_to_indptr", TORCH_BOX((&guarded<&index_to_indptr_cpu, kIndexToIndptr>::call)));
   m.impl("index_sort", TORCH_BOX((&guarded<&index_sort_cpu, kIndexSort>::call)));
+  m.impl("gather_index", TORCH_BOX((&guarded<&gather_index_cpu, kGatherIndex>::call)));
 }
