@@ -99,6 +99,7 @@ def main() -> None:
     args = ap.parse_args()
     shapes = QUICK if args.quick else [s for s in SHAPES if not args.shapes or s[0] in args.shapes.split(",")]
     lines = []
+    load_before = os.getloadavg()
     for label, rows, feat in shapes:
         rounds = args.rounds if rows < 10_000_000 else max(3, args.rounds - 2)
         for case, order, fns in cases(rows, feat):
@@ -120,7 +121,9 @@ def main() -> None:
             print(lines[-1], flush=True)
     if args.markdown:
         env = C.environment()
-        head = ["", *[f"- {k}: {v}" for k, v in env.items()], f"- rounds: {args.rounds} (3 or more at 20M rows)", "",
+        load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(load_before, os.getloadavg()))
+        head = ["", *[f"- {k}: {v}" for k, v in env.items()], f"- rounds: {args.rounds} (3 or more at 20M rows)",
+                f"- load average (1/5/15 min, before/after): {load}", "",
                 "| shape (fp32) | index | case | segops | pytorch_scatter | segops / pytorch_scatter | "
                 "segops / torch | segops / segment_coo | other |", "|" + "---|" * 9]
         with open(args.markdown, "a") as fh:
