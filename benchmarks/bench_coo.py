@@ -95,8 +95,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-seconds", type=float, default=15.0, help="time budget per case")
     ap.add_argument("--shapes", help="comma-separated labels of SHAPES to run (default: all)")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--markdown", help="append the results as markdown to this file")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     shapes = QUICK if args.quick else [s for s in SHAPES if not args.shapes or s[0] in args.shapes.split(",")]
     lines = []
     load_before = os.getloadavg()
