@@ -4,8 +4,10 @@
 ``index`` holds the output segment of every row of ``src`` along ``dim = index.dim() - 1`` and is
 sorted along that dim; its leading dims broadcast against ``src`` (size 1 or equal), and a size-1 last
 dim broadcasts over ``src.size(dim)``. ``torch.ops.torch_segops.index_to_indptr`` turns it into CSR
-offsets (searchsorted: no host synchronisation when the output size is known), then the CSR ops reduce,
-so results, gradients, determinism, fake kernels and torch.compile support are theirs.
+offsets (one native pass that validates it; no host synchronisation on the GPU when the output size is
+known), then the CSR ops reduce, so results, gradients, determinism, fake kernels and torch.compile
+support are theirs. ``gather_coo`` on the CPU is one pass of its own (``gather_index``: each row copied
+as its index is read and checked), faster than offsets + ``gather_csr`` (benchmarks/bench_coo.py).
 
 Output size along dim: ``out.size(dim)``, else ``dim_size``, else ``max(index) + 1`` (read from index:
 a host synchronisation on the GPU). With ``out=`` the COO reductions reduce into what ``out`` already
