@@ -178,7 +178,7 @@ def _op_cases() -> Dict[str, Callable[[], Callable[[], None]]]:
     cases["segment_softmax"] = lambda: _forward(ops.segment_softmax, _src(), ip)
     cases["segment_softmax_backward"] = lambda: _forward(ops.segment_softmax_backward, _src(), _src(), ip)
     cases["index_to_indptr"] = lambda: _forward(ops.index_to_indptr, torch.tensor(INDEX), 3, True)
-    cases["gather_index"] = lambda: _forward(ops.gather_index, seg_rows, torch.tensor(INDEX))
+    cases["gather_index"] = lambda: _forward(ops.gather_index, seg_rows, torch.tensor(INDEX), True)
     # both outcomes of the validating pass in each call: already sorted (no permutation), and the counting sort
     cases["index_sort"] = lambda: _both(_forward(ops.index_sort, torch.tensor(INDEX), 3),
                                         _forward(ops.index_sort, torch.tensor(UNSORTED), -1))

@@ -321,7 +321,8 @@ def test_gather_coo_one_pass_matches_reference(dtype, index_dtype):
 
 
 def test_gather_index_opcheck_and_gradients():
-    torch.library.opcheck(torch.ops.torch_segops.gather_index.default, (torch.randn(10, 3), torch.tensor([0, 0, 3, 9])))
+    for index, check_sorted in ((torch.tensor([0, 0, 3, 9]), True), (torch.tensor([9, 0, 3, 0]), False)):
+        torch.library.opcheck(torch.ops.torch_segops.gather_index.default, (torch.randn(10, 3), index, check_sorted))
     x = torch.randn(2, 12, 3, dtype=torch.float64, requires_grad=True)
     index = torch.tensor([[0, 0, 4, 4, 11], [1, 2, 2, 2, 3]])
     assert torch.autograd.gradcheck(lambda t: so.gather_coo(t, index), (x,))

@@ -31,8 +31,9 @@ STABLE_TORCH_LIBRARY(torch_segops, m) {
   // perm is [*lead, 0] when index is already sorted (nothing to permute). Values must be in [0, size).
   m.def("index_sort(Tensor index, SymInt size) -> (Tensor, Tensor)");
   // gather_coo in one pass (CPU): out[..., e, :] = src[..., index[..., e], :] along dim = index.dim() - 1,
-  // index's leading dims equal to src's; index validated in the same pass (sorted, in [0, src.size(dim))).
-  m.def("gather_index(Tensor src, Tensor index) -> Tensor");
+  // index's leading dims equal to src's; index validated in the same pass (in [0, src.size(dim)), and
+  // sorted when check_sorted; scatter permutes src's rows with an unsorted one).
+  m.def("gather_index(Tensor src, Tensor index, bool check_sorted) -> Tensor");
   // Gradient of segment_softmax given its output y: y * (grad - segment_sum(grad * y)) per segment.
   m.def("segment_softmax_backward(Tensor grad, Tensor out, Tensor indptr) -> Tensor");
 }

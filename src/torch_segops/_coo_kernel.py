@@ -89,7 +89,7 @@ def _index_sort_fake(index: Tensor, size: int):
 
 
 @torch.library.register_fake("torch_segops::gather_index")
-def _gather_index_fake(src: Tensor, index: Tensor):
+def _gather_index_fake(src: Tensor, index: Tensor, check_sorted: bool):
     torch._check(1 <= index.dim() <= src.dim(), lambda: "torch_segops: index must have between 1 and src.dim() dims")
     shape = list(src.shape)
     shape[index.dim() - 1] = index.shape[-1]
@@ -97,16 +97,21 @@ def _gather_index_fake(src: Tensor, index: Tensor):
 
 
 def _gather_index_setup(ctx, inputs, output) -> None:
-    src, index = inputs
+    src, index, check_sorted = inputs
     ctx.save_for_backward(index)
-    ctx.n = src.size(index.dim() - 1)
+    ctx.shape = list(src.shape)
+    ctx.sorted = check_sorted
 
 
 def _gather_index_backward(ctx, grad):
-    # a segment sum over the offsets of the (validated, sorted) index: deterministic
     (index,) = ctx.saved_tensors
-    indptr = torch.ops.torch_segops.index_to_indptr(index, ctx.n, False)
-    return torch.ops.torch_segops.segment_sum(grad, indptr), None
+    dim = index.dim() - 1
+    if ctx.sorted:  # a segment sum over the offsets of the (validated, sorted) index: deterministic
+        indptr = torch.ops.torch_segops.index_to_indptr(index, ctx.shape[dim], False)
+        return torch.ops.torch_segops.segment_sum(grad, indptr), None, None
+    # an unsorted index (scatter's permutation: no repeated values, so the order of the adds is moot)
+    full = index.reshape(list(index.shape) + [1] * (grad.dim() - dim - 1)).expand(grad.shape)
+    return grad.new_zeros(ctx.shape).scatter_add(dim, full, grad), None, None
 
 
 torch.library.register_autograd("torch_segops::gather_index", _gather_index_backward, setup_context=_gather_index_setup)

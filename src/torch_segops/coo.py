@@ -186,13 +186,13 @@ def _one_pass_gather(src: Tensor, index: Tensor) -> bool:
 def _gather_index(fn: str, src: Tensor, index: Tensor) -> Tensor:
     if not torch.jit.is_scripting():
         return _gather_index_naming(fn, src, index)
-    return _ops.gather_index(src, index)
+    return _ops.gather_index(src, index, True)
 
 
 def _gather_index_naming(fn: str, src: Tensor, index: Tensor) -> Tensor:
     # eager only: TorchScript compiles no try statement
     try:
-        return _ops.gather_index(src, index)
+        return _ops.gather_index(src, index, True)
     except RuntimeError as e:
         named = naming(fn, e)
         if named is e:

@@ -154,7 +154,11 @@ def _scatter_ordered(fn: str, src: Tensor, perm: Tensor, indptr: Tensor, dim: in
 
 
 def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
-    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's)."""
+    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's; dim + 1
+    dims). On the CPU by the native row copy (gather_index: parallel, a fresh output in huge pages)."""
+    if _native_order(src) and src.dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                                            torch.int64]:
+        return torch.ops.torch_segops.gather_index(src, perm.expand(list(src.shape[:dim]) + [perm.size(-1)]), False)
     if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
         return src.index_select(dim, perm.reshape(-1))
     shape: List[int] = list(perm.shape) + [1] * (src.dim() - dim - 1)

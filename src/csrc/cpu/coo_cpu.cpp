@@ -249,8 +249,9 @@ void dispatch_bytes(int64_t bytes, const F& f) {
 }
 
 // gather_coo in one pass: out[b, e, :] = src[b, index[b, e], :] for a [B, E] index (leading dims equal to
-// src's), validated in the same pass (sorted along its last dim, in [0, src.size(dim))).
-Tensor gather_index_cpu(Tensor src, Tensor index) {
+// src's), validated in the same pass (in [0, src.size(dim)); sorted along its last dim when check_sorted:
+// scatter permutes src's rows with it unsorted).
+Tensor gather_index_cpu(Tensor src, Tensor index, bool check_sorted) {
   const char* op = "gather_coo";
   SEGOPS_CHECK(index.dim() >= 1 && index.dim() <= src.dim(), op, "index must have between 1 and src.dim() = ",
                src.dim(), " dims, got ", index.dim());
@@ -285,7 +286,7 @@ Tensor gather_index_cpu(Tensor src, Tensor index) {
           for (int64_t k = k0; k < end; ++k) {
             const int64_t at = xr[k];
             const bool ok = at >= 0 && at < N;
-            problem |= !ok || (k > 0 && at < xr[k - 1]);
+            problem |= !ok || (check_sorted && k > 0 && at < xr[k - 1]);
             if (!ok) continue;
             if (F == 1) {
               orow[k] = srow[at];
@@ -298,7 +299,7 @@ Tensor gather_index_cpu(Tensor src, Tensor index) {
         if (problem) bad.store(true);
       });
     });
-    if (bad.load()) throw std::runtime_error(first_problem(x, v.rows, E, N, true));
+    if (bad.load()) throw std::runtime_error(first_problem(x, v.rows, E, N, check_sorted));
   });
   return out;
 }
