@@ -43,9 +43,9 @@ def _inputs(rows: int, feat: int, order: str):
     return src, index, n
 
 
-def cases(rows: int, feat: int):
+def cases(rows: int, feat: int, orders=("sorted", "shuffled")):
     """(case, index order, {candidate: fn}); "segops" is ours, "pytorch_scatter" the anchor."""
-    for order in ("sorted", "shuffled"):
+    for order in orders:
         src, index, n = _inputs(rows, feat, order)
         feat_shape = src.shape[1:]
         idx_x = index.view(-1, *[1] * len(feat_shape)).expand(src.shape)
@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-seconds", type=float, default=15.0, help="time budget per case")
     ap.add_argument("--shapes", help="comma-separated labels of SHAPES to run (default: all)")
+    ap.add_argument("--orders", default="sorted,shuffled", help="index orders to run")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--markdown", help="append the results as markdown to this file")
     args = ap.parse_args()
@@ -105,7 +106,7 @@ def main() -> None:
     load_before = os.getloadavg()
     for label, rows, feat in shapes:
         rounds = args.rounds if rows < 10_000_000 else max(3, args.rounds - 2)
-        for case, order, fns in cases(rows, feat):
+        for case, order, fns in cases(rows, feat, args.orders.split(",")):
             fns = {k: v for k, v in fns.items() if v}
             med, per_round = C.interleaved_times(fns, rounds=rounds, repeats=2, max_seconds=args.max_seconds)
             vs_ps = _ratio(per_round, "segops", "pytorch_scatter")
