@@ -155,9 +155,13 @@ def _scatter_ordered(fn: str, src: Tensor, perm: Tensor, indptr: Tensor, dim: in
 
 def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
     """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's; dim + 1
-    dims). On the CPU by the native row copy (gather_index: parallel, a fresh output in huge pages)."""
-    if _native_order(src) and src.dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
-                                            torch.int64]:
+    dims). On the CPU, rows of several values by the native row copy (gather_index: 0.4x-0.6x the time of
+    index_select at 64 and 8 features, but 1.3x with one; benchmarks/results/coo-scatter-cpu-2core-2026-11-25.md)."""
+    features = 1
+    for d in range(dim + 1, src.dim()):
+        features *= src.size(d)
+    if _native_order(src) and features > 1 and src.dtype in [torch.float32, torch.float64, torch.float16,
+                                                             torch.bfloat16, torch.int32, torch.int64]:
         return torch.ops.torch_segops.gather_index(src, perm.expand(list(src.shape[:dim]) + [perm.size(-1)]), False)
     if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
         return src.index_select(dim, perm.reshape(-1))
