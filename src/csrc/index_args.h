@@ -41,7 +41,9 @@ inline IndexView view_of(const Tensor& index, int64_t size) {
   if (index.dim() == 0) {
     throw std::runtime_error(std::string(kPrefix) + "index must have at least one dimension, got a 0-dim tensor");
   }
-  if (size < -1) throw std::runtime_error(std::string(kPrefix) + "dim_size must be non-negative, got " + std::to_string(size));
+  if (size < -1) {
+    throw std::runtime_error(std::string(kPrefix) + "dim_size must be non-negative, got " + std::to_string(size));
+  }
   dispatch_index(index.scalar_type(), [](auto) {});
   IndexView v;
   v.index = contiguous_of(index, "index_to_indptr", "index");

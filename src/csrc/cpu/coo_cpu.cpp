@@ -101,7 +101,8 @@ std::string first_problem(const I* x, int64_t rows, int64_t n, int64_t size, boo
   }
   for (int64_t i = 0; i < rows * n; ++i) {
     if (x[i] < 0) {
-      os << "index must be non-negative, got index[..., " << i % n << "] = " << int64_t{x[i]} << " (row " << i / n << ")";
+      os << "index must be non-negative, got index[..., " << i % n << "] = " << int64_t{x[i]} << " (row " << i / n
+         << ")";
       return os.str();
     }
   }

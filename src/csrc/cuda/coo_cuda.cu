@@ -24,7 +24,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;  // grid-stride beyond this
 
-__device__ __forceinline__ int64_t clamp_to(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+__device__ __forceinline__ int64_t clamp_to(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
 
 // Offsets of every row of the [rows, n] index x (see the file comment); bad_rows[row] = 1 for a bad row.
 template <typename I>
@@ -46,8 +48,8 @@ __global__ void __launch_bounds__(kThreads) offsets_kernel(const I* __restrict__
   }
 }
 
-__global__ void __launch_bounds__(kThreads) mark_bad_rows(const int32_t* __restrict__ bad_rows, int64_t rows, int64_t len,
-                                                          int64_t* __restrict__ off) {
+__global__ void __launch_bounds__(kThreads) mark_bad_rows(const int32_t* __restrict__ bad_rows, int64_t rows,
+                                                          int64_t len, int64_t* __restrict__ off) {
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * kThreads) {
     if (bad_rows[r] != 0) off[r * len] = -1;
@@ -92,11 +94,13 @@ Tensor index_to_indptr_cuda(Tensor index, int64_t size, bool check_sorted) {
       Tensor best = torch::stable::new_empty(v.index, {1}, ScalarType::Long);
       torch::stable::fill_(best, -1.0);
       if (total > 0) {
-        max_kernel<I><<<grid_for(total), kThreads, 0, stream>>>(x, total, static_cast<long long*>(best.mutable_data_ptr()));
+        long long* best_ptr = static_cast<long long*>(best.mutable_data_ptr());
+        max_kernel<I><<<grid_for(total), kThreads, 0, stream>>>(x, total, best_ptr);
         check(cudaGetLastError(), "the max kernel");
       }
       long long host = -1;
-      check(cudaMemcpyAsync(&host, best.const_data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream), "reading max(index)");
+      check(cudaMemcpyAsync(&host, best.const_data_ptr(), sizeof(host), cudaMemcpyDeviceToHost, stream),
+            "reading max(index)");
       check(cudaStreamSynchronize(stream), "reading max(index)");
       v.size = (host < 0 ? -1 : host) + 1;
     }
