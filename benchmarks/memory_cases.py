@@ -78,6 +78,13 @@ def _forward(fn, *args, **kwargs) -> Callable[[], None]:
     return call
 
 
+def _both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def call():
+        first()
+        second()
+    return call
+
+
 def _with_grad(fn, *args, **kwargs) -> Callable[[], None]:
     """forward and backward w.r.t. src (the first argument); tuple results: the values."""
     x = _src().requires_grad_()
@@ -175,6 +182,10 @@ def _op_cases() -> Dict[str, Callable[[], Callable[[], None]]]:
     cases["segment_softmax"] = lambda: _forward(ops.segment_softmax, _src(), ip)
     cases["segment_softmax_backward"] = lambda: _forward(ops.segment_softmax_backward, _src(), _src(), ip)
     cases["index_to_indptr"] = lambda: _forward(ops.index_to_indptr, torch.tensor(INDEX), 3, True)
+    cases["gather_index"] = lambda: _forward(ops.gather_index, seg_rows, torch.tensor(INDEX), True)
+    # both outcomes of the validating pass in each call: already sorted (no permutation), and the counting sort
+    cases["index_sort"] = lambda: _both(_forward(ops.index_sort, torch.tensor(INDEX), 3),
+                                        _forward(ops.index_sort, torch.tensor(UNSORTED), -1))
     return cases
 
 

@@ -91,7 +91,8 @@ message(STATUS "torch_segops: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_
                "${TORCH_SEGOPS_CUDA_ARCHS} (from ${_segops_archs_source})")
 
 # ---- sources and flags ---------------------------------------------------------------------------
-target_sources(torch_segops_C PRIVATE "${PROJECT_SOURCE_DIR}/src/csrc/cuda/segment_cuda.cu")
+target_sources(torch_segops_C PRIVATE "${PROJECT_SOURCE_DIR}/src/csrc/cuda/segment_cuda.cu"
+                                     "${PROJECT_SOURCE_DIR}/src/csrc/cuda/coo_cuda.cu")
 # The target was created before CUDA was enabled: give it the final list explicitly.
 set_target_properties(torch_segops_C PROPERTIES
   CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"

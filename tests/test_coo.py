@@ -273,3 +273,72 @@ def test_compile_fullgraph(fn, dim_size, backend):
         "gather_coo": lambda s, i: so.gather_coo(s * 2, i),
     }
     R.compile_and_compare(calls[fn], (torch.randn(2, 7, 3, dtype=torch.float64), GRAD_INDEX), backend)
+
+
+# ---- the native index-to-offsets pass (cpu/coo_cpu.cpp) ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("lead", [(), (3,), (2, 2)], ids=["1d", "batched", "two_lead_dims"])
+@pytest.mark.parametrize("n,targets,extra", [(0, 0, 0), (0, 0, 3), (1, 1, 0), (200_000, 500, 7), (5000, 20_000, 0)],
+                         ids=["empty", "empty_dim_size_3", "one", "long_rows", "many_empty_targets"])
+def test_index_to_indptr_matches_counting(dtype, lead, n, targets, extra):
+    g = torch.Generator().manual_seed(n + targets)
+    index = torch.randint(0, max(targets, 1), (*lead, n), generator=g).sort(-1).values.to(dtype)
+    src = torch.zeros(*lead, n)
+    for size in (targets + extra, -1):
+        expected = R.coo_to_indptr(index, src, None if size == -1 else size)
+        actual = torch.ops.torch_segops.index_to_indptr(index, size, True)
+        assert actual.dtype == torch.int64
+        R.assert_equal(actual, expected, f"size {size}")
+
+
+def test_index_to_indptr_dim_size_zero_and_unsorted_without_check():
+    assert torch.ops.torch_segops.index_to_indptr(torch.zeros(0, dtype=torch.long), 0, True).tolist() == [0]
+    # check_sorted=False is a promise; an unsorted index still gets the true counts (entries < i)
+    unsorted = torch.tensor([[3, 0, 2, 0], [1, 1, 0, 2]])
+    R.assert_equal(torch.ops.torch_segops.index_to_indptr(unsorted, 5, False),
+                   R.coo_to_indptr(unsorted.sort(-1).values, torch.zeros(2, 4), 5), "unsorted rows")
+
+
+@pytest.mark.parametrize("bad,size,message", [
+    ([[0, 1, 1], [2, 1, 3]], 4, r"index\[..., 1\] = 1 < index\[..., 0\] = 2 \(in row 1 of the flattened"),
+    ([[0, 1, 1], [2, 3, -1]], -1, r"sorted .*index\[..., 2\] = -1 < index\[..., 1\] = 3 \(in row 1"),
+    ([[0, 1, 1], [-2, 3, 3]], 4, r"non-negative, got index\[..., 0\] = -2 \(row 1\)"),
+    ([[0, 1, 9], [0, 3, 5]], 4, r"< dim_size = 4, got index\[..., 2\] = 9 \(row 0\)"),
+], ids=["unsorted_in_row_1", "decrease_before_negative", "negative", "past_dim_size"])
+def test_segment_coo_names_the_first_bad_position(bad, size, message):
+    index = torch.tensor(bad)
+    for dtype in (torch.int64, torch.int32):
+        with pytest.raises(ValueError, match="torch_segops.segment_coo: index must .*" + message):
+            so.segment_coo(torch.ones(2, 3), index.to(dtype), dim_size=None if size == -1 else size)
+
+
+def test_gather_coo_of_unsorted_and_out_of_range_index_names_the_position():
+    with pytest.raises(ValueError, match=r"gather_coo: index must be sorted .*index\[..., 2\] = 0"):
+        so.gather_coo(torch.randn(4, 2), torch.tensor([0, 3, 0, 3]))
+    with pytest.raises(ValueError, match=r"gather_coo: index must be < dim_size = 4, got index\[..., 3\] = 4"):
+        so.gather_coo(torch.randn(4, 2), torch.tensor([0, 1, 1, 4]))
+
+
+# ---- gather_coo's one pass (gather_index) --------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", R.ALL_DTYPES)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_gather_coo_one_pass_matches_reference(dtype, index_dtype):
+    g = torch.Generator().manual_seed(4)
+    src = R.make_values((3, 40, 5), dtype, g)
+    for index in (torch.randint(0, 40, (3, 90), generator=g), torch.randint(0, 40, (1, 90), generator=g),
+                  torch.zeros(3, 0, dtype=torch.long)):
+        index = index.sort(-1).values.to(index_dtype)
+        R.assert_equal(so.gather_coo(src, index), R.gather_coo(src, index), f"{dtype} {list(index.shape)}")
+    flat = torch.randint(0, 40, (70,), generator=g).sort().values.to(index_dtype)
+    R.assert_equal(so.gather_coo(src[0], flat), R.gather_coo(src[0], flat), "1-d index")
+
+
+def test_gather_index_opcheck_and_gradients():
+    for index, check_sorted in ((torch.tensor([0, 0, 3, 9]), True), (torch.tensor([9, 0, 3, 0]), False)):
+        torch.library.opcheck(torch.ops.torch_segops.gather_index.default, (torch.randn(10, 3), index, check_sorted))
+    x = torch.randn(2, 12, 3, dtype=torch.float64, requires_grad=True)
+    index = torch.tensor([[0, 0, 4, 4, 11], [1, 2, 2, 2, 3]])
+    assert torch.autograd.gradcheck(lambda t: so.gather_coo(t, index), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: so.gather_coo(t, index), (x,))

@@ -322,3 +322,74 @@ def test_scripted_equals_eager(name):
         got, expected = scripted(*a), fn(*b)
         for g_, e_ in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
             assert torch.equal(g_, e_)
+
+
+# ---- the native order of the index (index_sort: sorted detection, counting sort) ---------------------------
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("lead,n,targets", [((), 300_000, 30_000), ((3,), 1000, 7), ((64,), 50, 9), ((), 40, 5000),
+                                            ((2,), 0, 4), ((), 0, 0)],
+                         ids=["long", "few_rows", "many_rows", "more_targets_than_rows", "empty", "dim_size_0"])
+def test_index_sort_is_the_stable_sort(dtype, lead, n, targets):
+    g = torch.Generator().manual_seed(n + targets)
+    index = torch.randint(0, max(targets, 1), (*lead, n), generator=g).to(dtype)
+    perm, indptr = torch.ops.torch_segops.index_sort(index, targets)
+    ordered, expected_perm = torch.sort(index, dim=-1, stable=True)
+    if n > 1:
+        R.assert_equal(perm, expected_perm, "perm")
+    R.assert_equal(indptr, R.coo_to_indptr(ordered, torch.zeros(*lead, n), targets), "indptr")
+    # the same index already sorted: found in the validating pass, no permutation
+    perm, indptr2 = torch.ops.torch_segops.index_sort(ordered, -1 if n else targets)
+    assert perm.shape == (*lead, 0)
+    R.assert_equal(indptr2, indptr[..., : indptr2.size(-1)], "sorted indptr")
+
+
+def test_index_sort_same_permutation_for_any_thread_count():
+    g = torch.Generator().manual_seed(5)
+    index = torch.randint(0, 1000, (400_000,), generator=g)
+    before = torch.get_num_threads()
+    try:
+        perms = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            perms.append(torch.ops.torch_segops.index_sort(index, 1000))
+    finally:
+        torch.set_num_threads(before)
+    for perm, indptr in perms[1:]:
+        assert torch.equal(perm, perms[0][0]) and torch.equal(indptr, perms[0][1])
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_sorted_and_shuffled_index_match_the_reference(reduce, dtype):
+    g = torch.Generator().manual_seed(11)
+    src = torch.randn(3, 200, 2, generator=g, dtype=torch.float64)
+    shuffled = torch.randint(0, 30, (200,), generator=g)
+    for index in (shuffled, shuffled.sort().values):
+        for dim_size in (None, 33):
+            check_scatter(src, index.to(dtype), 1, dim_size, reduce, f"{dtype} dim_size={dim_size}")
+
+
+def test_sorted_index_with_a_full_index_and_batched_rows():
+    g = torch.Generator().manual_seed(12)
+    src = torch.randn(4, 50, 3, generator=g, dtype=torch.float64)
+    full = torch.randint(0, 8, (4, 50, 3), generator=g).sort(1).values  # varies along the features
+    rows = torch.randint(0, 8, (4, 50), generator=g).sort(1).values  # one sorted row per batch
+    for index in (full, rows, full.flip(1), rows.flip(1)):
+        for reduce in ("sum", "max"):
+            check_scatter(src, index, 1, 9, reduce, f"index {list(index.shape)}")
+
+
+def test_out_of_range_on_the_native_path_names_the_callers_position():
+    with pytest.raises(ValueError, match=r"scatter: index must be < dim_size = 3, got index\[2, 1\] = 3"):
+        so.scatter(torch.ones(3, 2), torch.tensor([[0, 1], [2, 2], [0, 3]]), 0, dim_size=3)
+    with pytest.raises(ValueError, match=r"scatter_sum: index must be non-negative, got index\[4\] = -1"):
+        so.scatter_sum(torch.ones(5), torch.tensor([0, 1, 2, 3, -1]))
+    with pytest.raises(ValueError, match=r"scatter_plan: index must be < dim_size = 4, got index\[1\] = 4"):
+        so.scatter_plan(torch.tensor([0, 4, 1]), 4)
+
+
+@pytest.mark.parametrize("index,size", [(torch.tensor([2, 0, 1, 0, 2]), 3), (torch.tensor([[0, 0, 2], [1, 1, 1]]).int(), 4),
+                                        (torch.tensor([0, 1, 1, 3]), -1)], ids=["unsorted", "sorted_int32", "size_from_max"])
+def test_opcheck_index_sort(index, size):
+    torch.library.opcheck(torch.ops.torch_segops.index_sort.default, (index, size))

@@ -21,11 +21,19 @@ STABLE_TORCH_LIBRARY(torch_segops, m) {
   m.def("segment_softmax(Tensor src, Tensor indptr) -> Tensor");
   // COO -> CSR: indptr[..., i] = how many entries of index's last dim are < i, for i in [0, size]
   // (shape index.shape[:-1] + (size + 1,), int64); size -1 reads max(index) + 1 (a host sync on GPU).
-  // index must hold values in [0, size), non-decreasing along its last dim when check_sorted. Its one
-  // kernel is device-generic ATen code in Python (src/torch_segops/_coo_kernel.py): it raises on the
-  // CPU; on CUDA, where that would need a host sync, a bad row gets first offset -1, which the CSR op
-  // it feeds reports through its asynchronous indptr check.
+  // index must hold values in [0, size), non-decreasing along its last dim when check_sorted. One pass
+  // over index (cpu/coo_cpu.cpp, cuda/coo_cuda.cu): it raises on the CPU; on CUDA, where that would need
+  // a host sync, a bad row gets first offset -1, which the CSR op it feeds reports through its
+  // asynchronous indptr check.
   m.def("index_to_indptr(Tensor index, SymInt size, bool check_sorted) -> Tensor");
+  // The stable order of index along its last dim for scatter (CPU): (perm, indptr) with perm [*lead, N]
+  // int64 (a counting sort) and indptr the offsets of the sorted index as index_to_indptr gives them;
+  // perm is [*lead, 0] when index is already sorted (nothing to permute). Values must be in [0, size).
+  m.def("index_sort(Tensor index, SymInt size) -> (Tensor, Tensor)");
+  // gather_coo in one pass (CPU): out[..., e, :] = src[..., index[..., e], :] along dim = index.dim() - 1,
+  // index's leading dims equal to src's; index validated in the same pass (in [0, src.size(dim)), and
+  // sorted when check_sorted; scatter permutes src's rows with an unsorted one).
+  m.def("gather_index(Tensor src, Tensor index, bool check_sorted) -> Tensor");
   // Gradient of segment_softmax given its output y: y * (grad - segment_sum(grad * y)) per segment.
   m.def("segment_softmax_backward(Tensor grad, Tensor out, Tensor indptr) -> Tensor");
 }

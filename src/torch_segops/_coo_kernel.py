@@ -1,8 +1,10 @@
-"""The kernel and fake kernel of ``torch_segops::index_to_indptr`` (schema in src/csrc/ops.cpp): a sorted
-COO ``index`` to CSR offsets, written once with device-generic ATen ops (searchsorted), so it runs on
-every backend, traces under torch.compile and adds no host synchronisation on the GPU when the size is
-known. Used by the COO functions and by ``scatter`` (after its stable sort), through ``index_offsets``,
-whose errors name the public function (eager)."""
+"""The fake kernels of ``torch_segops::index_to_indptr`` and ``index_sort`` (schemas in src/csrc/ops.cpp),
+and index_to_indptr's fallback for devices without a native kernel: a sorted COO ``index`` to CSR
+offsets with device-generic ATen ops (searchsorted). The CPU and CUDA kernels are native (one pass over
+the index: src/csrc/cpu/coo_cpu.cpp, src/csrc/cuda/coo_cuda.cu) and take precedence over the fallback.
+Used by the COO functions and by ``scatter``, through ``index_offsets``, whose errors name the public
+function (eager): the native CPU kernel's value errors arrive as RuntimeError "torch_segops: index must
+..." and are raised as the ValueError the Python checks raised."""
 
 from __future__ import annotations
 
@@ -37,12 +39,7 @@ def _first_bad(index: Tensor, size: int, check_sorted: bool) -> str:
 
 @torch.library.impl(_LIB, "CompositeExplicitAutograd")
 def _index_to_indptr(index: Tensor, size: int, check_sorted: bool) -> Tensor:
-    if index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"torch_segops: index must be int64 or int32, got {index.dtype}")
-    if index.dim() == 0:
-        raise ValueError("torch_segops: index must have at least one dimension, got a 0-dim tensor")
-    if size < -1:
-        raise ValueError(f"torch_segops: dim_size must be non-negative, got {size}")
+    _check_arguments(index, size)
     index = index.contiguous()
     lead, n = list(index.shape[:-1]), index.size(-1)
     if size == -1:  # read max(index) + 1 (pytorch_scatter's default output size)
@@ -81,6 +78,45 @@ def _index_to_indptr_fake(index: Tensor, size: int, check_sorted: bool) -> Tenso
     return index.new_empty([*index.shape[:-1], offsets], dtype=torch.long)
 
 
+@torch.library.register_fake("torch_segops::index_sort")
+def _index_sort_fake(index: Tensor, size: int):
+    torch._check(index.dim() >= 1, lambda: "torch_segops: index must have at least one dimension")
+    ctx = torch.library.get_ctx()
+    offsets = ctx.new_dynamic_size(min=1) if size == -1 else size + 1
+    # N entries, or none when the index is already sorted (data-dependent)
+    perm = index.new_empty([*index.shape[:-1], ctx.new_dynamic_size()], dtype=torch.long)
+    return perm, index.new_empty([*index.shape[:-1], offsets], dtype=torch.long)
+
+
+@torch.library.register_fake("torch_segops::gather_index")
+def _gather_index_fake(src: Tensor, index: Tensor, check_sorted: bool):
+    torch._check(1 <= index.dim() <= src.dim(), lambda: "torch_segops: index must have between 1 and src.dim() dims")
+    shape = list(src.shape)
+    shape[index.dim() - 1] = index.shape[-1]
+    return src.new_empty(shape)
+
+
+def _gather_index_setup(ctx, inputs, output) -> None:
+    src, index, check_sorted = inputs
+    ctx.save_for_backward(index)
+    ctx.shape = list(src.shape)
+    ctx.sorted = check_sorted
+
+
+def _gather_index_backward(ctx, grad):
+    (index,) = ctx.saved_tensors
+    dim = index.dim() - 1
+    if ctx.sorted:  # a segment sum over the offsets of the (validated, sorted) index: deterministic
+        indptr = torch.ops.torch_segops.index_to_indptr(index, ctx.shape[dim], False)
+        return torch.ops.torch_segops.segment_sum(grad, indptr), None, None
+    # an unsorted index (scatter's permutation: no repeated values, so the order of the adds is moot)
+    full = index.reshape(list(index.shape) + [1] * (grad.dim() - dim - 1)).expand(grad.shape)
+    return grad.new_zeros(ctx.shape).scatter_add(dim, full, grad), None, None
+
+
+torch.library.register_autograd("torch_segops::gather_index", _gather_index_backward, setup_context=_gather_index_setup)
+
+
 def index_offsets(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tensor:
     """``torch.ops.torch_segops.index_to_indptr`` called by the public function ``fn``: in eager its errors
     name ``fn`` ("torch_segops.segment_coo: index must be ..."); scripted code calls the op itself."""
@@ -89,12 +125,34 @@ def index_offsets(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tens
     return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)
 
 
+def _check_arguments(index: Tensor, size: int) -> None:
+    if index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"torch_segops: index must be int64 or int32, got {index.dtype}")
+    if index.dim() == 0:
+        raise ValueError("torch_segops: index must have at least one dimension, got a 0-dim tensor")
+    if size < -1:
+        raise ValueError(f"torch_segops: dim_size must be non-negative, got {size}")
+
+
+def naming(fn: str, e: Exception) -> Exception:
+    """An error of an index op (message "torch_segops: ...") as the public function ``fn`` raises it, or
+    ``e`` itself: a value problem the native kernel reports (a RuntimeError) becomes a ValueError."""
+    message = str(e)
+    if not message.startswith(_PREFIX):
+        return e
+    kind = type(e)
+    if kind is RuntimeError and message.startswith(_PREFIX + "index must"):
+        kind = ValueError
+    return kind(f"torch_segops.{fn}: {message[len(_PREFIX):]}")
+
+
 def _offsets_naming(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tensor:
     # eager only: TorchScript compiles no try statement
     try:
+        _check_arguments(index, size)
         return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)
     except (TypeError, ValueError, RuntimeError) as e:
-        message = str(e)
-        if not message.startswith(_PREFIX):
+        named = naming(fn, e)
+        if named is e:
             raise
-        raise type(e)(f"torch_segops.{fn}: {message[len(_PREFIX):]}") from e
+        raise named from e

@@ -4,8 +4,10 @@
 ``index`` holds the output segment of every row of ``src`` along ``dim = index.dim() - 1`` and is
 sorted along that dim; its leading dims broadcast against ``src`` (size 1 or equal), and a size-1 last
 dim broadcasts over ``src.size(dim)``. ``torch.ops.torch_segops.index_to_indptr`` turns it into CSR
-offsets (searchsorted: no host synchronisation when the output size is known), then the CSR ops reduce,
-so results, gradients, determinism, fake kernels and torch.compile support are theirs.
+offsets (one native pass that validates it; no host synchronisation on the GPU when the output size is
+known), then the CSR ops reduce, so results, gradients, determinism, fake kernels and torch.compile
+support are theirs. ``gather_coo`` on the CPU is one pass of its own (``gather_index``: each row copied
+as its index is read and checked), faster than offsets + ``gather_csr`` (benchmarks/bench_coo.py).
 
 Output size along dim: ``out.size(dim)``, else ``dim_size``, else ``max(index) + 1`` (read from index:
 a host synchronisation on the GPU). With ``out=`` the COO reductions reduce into what ``out`` already
@@ -23,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_same_device, size_arg
-from ._coo_kernel import index_offsets
+from ._coo_kernel import index_offsets, naming
 from ._registrations import _segment_lengths
 from .ops import _check_out, _check_reduce, _check_type, _reduced_shape, _segment_reduce, _write_out
 
@@ -176,6 +178,32 @@ def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_si
     return _segment_coo("segment_coo", src, index, out, dim_size, reduce)[0]
 
 
+def _one_pass_gather(src: Tensor, index: Tensor) -> bool:
+    """gather_coo by the native one-pass op (gather_index: CPU, index validated as it is read) rather than
+    offsets + gather_csr (the other devices; and while torch.compile traces, to keep its graphs as they were)."""
+    if not torch.jit.is_scripting():
+        if torch.compiler.is_compiling():
+            return False
+    return src.device.type == "cpu" and index.dtype in (torch.int64, torch.int32)
+
+
+def _gather_index(fn: str, src: Tensor, index: Tensor) -> Tensor:
+    if not torch.jit.is_scripting():
+        return _gather_index_naming(fn, src, index)
+    return _ops.gather_index(src, index, True)
+
+
+def _gather_index_naming(fn: str, src: Tensor, index: Tensor) -> Tensor:
+    # eager only: TorchScript compiles no try statement
+    try:
+        return _ops.gather_index(src, index, True)
+    except RuntimeError as e:
+        named = naming(fn, e)
+        if named is e:
+            raise
+        raise named from e
+
+
 def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Row ``e`` of the output along dim is ``src``'s row ``index[e]`` (index sorted along its last
     dim); ``out``, when given, is overwritten. The gradient is a segment sum (deterministic)."""
@@ -194,8 +222,10 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
         if index.size(d) != 1 and index.size(d) != src.size(d):
             raise ValueError(f"torch_segops.{fn}: index.size({d}) = {index.size(d)} does not match "
                              f"src.size({d}) = {src.size(d)} (must be equal or 1 to broadcast)")
-    indptr = index_offsets(fn, index, src.size(dim), True)
-    result = _ops.gather_csr(src, indptr, index.size(dim))
+    if _one_pass_gather(src, index):
+        result = _gather_index(fn, src, index.expand(list(src.shape[:dim]) + [index.size(dim)]))
+    else:
+        result = _ops.gather_csr(src, index_offsets(fn, index, src.size(dim), True), index.size(dim))
     if out is not None:
         _check_out(fn, out, src.dtype, src.device, _reduced_shape(src, index, index.size(dim)))
     return _write_out(fn, out, result)

@@ -1,6 +1,10 @@
 """pytorch_scatter's ``scatter`` for an unsorted index, deterministic: one stable sort of the index,
 then the CSR segment reductions over the rows of ``src`` taken in sorted order.
 
+On the CPU the sort is the native ``index_sort`` (src/csrc/cpu/coo_cpu.cpp): one pass validates the index
+and finds it already sorted (nothing is permuted then), else an O(N) counting sort over the ``dim_size``
+targets orders it. Elsewhere, and while torch.compile traces, ``torch.sort`` (stable) does.
+
 ``torch.Tensor.scatter_reduce_`` / ``index_add_`` add in whatever order threads (CPU) or atomics (CUDA)
 arrive, so float results change from run to run on the GPU. Here a stable sort fixes, for every output
 row, the order of its inputs (their order in ``src``), and the CSR kernels sum each segment in a fixed
@@ -22,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
-from ._coo_kernel import index_offsets
+from ._coo_kernel import index_offsets, naming
 from .coo import _reduce_csr, _reduce_into
 from .ops import _check_type
 
@@ -55,14 +59,53 @@ def scatter_plan(index: Tensor, dim_size: Optional[int] = None) -> ScatterPlan:
         raise ValueError(f"torch_segops.scatter_plan: dim_size must be a non-negative int, got {dim_size}")
     size = -1 if dim_size is None else dim_size
     check_index_dtype(fn, index)
-    check_index_values(fn, index, size)  # before the sort: the caller's positions
-    return _plan(fn, index, size)
+    return _plan(fn, index, size, index)
 
 
-def _plan(fn: str, index: Tensor, size: int) -> ScatterPlan:
-    """scatter_plan of a checked index (size -1: max(index) + 1)."""
-    ordered, perm = torch.sort(index, dim=-1, stable=True)
-    return ScatterPlan(perm, index_offsets(fn, ordered, size, False))
+def _native_order(index: Tensor) -> bool:
+    """Whether the native index_sort orders ``index``: on the CPU, and not while torch.compile traces
+    (its fake kernel cannot know whether a permutation comes back)."""
+    if not torch.jit.is_scripting():
+        if torch.compiler.is_compiling():
+            return False
+    return index.device.type == "cpu"
+
+
+def _index_sort(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
+    if not torch.jit.is_scripting():
+        return _index_sort_naming(fn, rows, size, caller_index)
+    return torch.ops.torch_segops.index_sort(rows, size)  # scripted: the values were checked first
+
+
+def _index_sort_naming(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
+    # eager only: TorchScript compiles no try statement
+    try:
+        return torch.ops.torch_segops.index_sort(rows, size)
+    except RuntimeError as e:
+        if str(e).startswith("torch_segops: index must"):
+            check_index_values(fn, caller_index, size)  # the error path only: the caller's position
+        raise naming(fn, e) from e
+
+
+def _order(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
+    """(perm, indptr) of the index ``rows`` ([*lead, N]; size -1: max(index) + 1), its values checked (errors
+    name their position in ``caller_index``). perm has no entries when the native sort found rows sorted."""
+    if _native_order(rows):
+        if torch.jit.is_scripting():
+            check_index_values(fn, caller_index, size)
+        return _index_sort(fn, rows, size, caller_index)
+    check_index_values(fn, caller_index, size)  # before the sort: the caller's positions
+    ordered, perm = torch.sort(rows, dim=-1, stable=True)
+    return perm, index_offsets(fn, ordered, size, False)
+
+
+def _plan(fn: str, index: Tensor, size: int, caller_index: Tensor) -> ScatterPlan:
+    """scatter_plan of ``index`` (size -1: max(index) + 1), always with its permutation."""
+    perm, indptr = _order(fn, index, size, caller_index)
+    n = index.size(-1)
+    if perm.size(-1) != n:  # already sorted
+        perm = torch.arange(n, device=index.device).expand(index.shape).contiguous()
+    return ScatterPlan(perm, indptr)
 
 
 def _index_shape(fn: str, index: Tensor, src: Tensor, dim: int) -> List[int]:
@@ -82,15 +125,44 @@ def _index_shape(fn: str, index: Tensor, src: Tensor, dim: int) -> List[int]:
     return shape
 
 
-def _rows_plan(fn: str, index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> ScatterPlan:
-    """The plan of a checked index that does not vary along the dims after dim (shape: _index_shape's), as
+def _rows_order(fn: str, index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> Tuple[Tensor, Tensor]:
+    """_order of an index that does not vary along the dims after dim (shape: _index_shape's), as
     ``[*lead, N]`` rows; size -1: read from the index."""
     rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
-    return _plan(fn, rows, size)
+    return _order(fn, rows, size, index)
+
+
+def _rows_plan(fn: str, index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> ScatterPlan:
+    """The plan of such an index (for several scatters with one index: the composite functions)."""
+    rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
+    return _plan(fn, rows, size, index)
+
+
+def _lead_to_dim(t: Tensor, dim: int) -> Tensor:
+    """A ``[*lead, k]`` tensor of a 1-D index used at dim > 0 with size-1 dims in front, to dim + 1 dims."""
+    if t.dim() < dim + 1:
+        return t.reshape([1] * (dim + 1 - t.dim()) + list(t.shape))
+    return t
+
+
+def _scatter_ordered(fn: str, src: Tensor, perm: Tensor, indptr: Tensor, dim: int, out: Optional[Tensor],
+                     reduce: str) -> Tuple[Tensor, Tensor]:
+    """_scatter_rows of an _order result: src reduced as it is where the index was already sorted."""
+    if perm.size(-1) != src.size(dim):
+        return _reduce_csr(fn, src, _lead_to_dim(indptr, dim), out, reduce, "floor")
+    return _scatter_rows(fn, src, ScatterPlan(perm, indptr), dim, out, reduce)
 
 
 def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
-    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's)."""
+    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's; dim + 1
+    dims). On the CPU, rows of several values by the native row copy (gather_index: 0.4x-0.6x the time of
+    index_select at 64 and 8 features, but 1.3x with one; benchmarks/results/coo-scatter-cpu-2core-2026-11-25.md)."""
+    features = 1
+    for d in range(dim + 1, src.dim()):
+        features *= src.size(d)
+    if _native_order(src) and features > 1 and src.dtype in [torch.float32, torch.float64, torch.float16,
+                                                             torch.bfloat16, torch.int32, torch.int64]:
+        return torch.ops.torch_segops.gather_index(src, perm.expand(list(src.shape[:dim]) + [perm.size(-1)]), False)
     if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
         return src.index_select(dim, perm.reshape(-1))
     shape: List[int] = list(perm.shape) + [1] * (src.dim() - dim - 1)
@@ -101,11 +173,7 @@ def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
 def _scatter_rows(fn: str, src: Tensor, plan: ScatterPlan, dim: int, out: Optional[Tensor],
                   reduce: str) -> Tuple[Tensor, Tensor]:
     """Reduce the rows of src along dim by a plan whose index does not vary along the dims after dim."""
-    perm, indptr = plan.perm, plan.indptr
-    if perm.dim() < dim + 1:  # a plan of a 1-D index used at dim > 0
-        lead = [1] * (dim + 1 - perm.dim())
-        perm = perm.reshape(lead + list(perm.shape))
-        indptr = indptr.reshape(lead + list(indptr.shape))
+    perm, indptr = _lead_to_dim(plan.perm, dim), _lead_to_dim(plan.indptr, dim)
     # pytorch_scatter's scatter_mean divides integers with floor
     return _reduce_csr(fn, _permute_rows(src, perm, dim), indptr, out, reduce, "floor", perm)
 
@@ -180,8 +248,8 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
     dim, size = _dim_and_size(fn, src, index, dim, out, dim_size)
     shape = _index_shape(fn, index, src, dim)
     check_index_dtype(fn, index)
-    if plan is None:
-        check_index_values(fn, index, size)  # before the sort: the caller's positions
+    if plan is None and src.numel() == 0:
+        check_index_values(fn, index, size)
     if src.numel() == 0:
         return _scatter_nothing(fn, src, dim, out, size, reduce)
     rows_only = True
@@ -198,12 +266,14 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
                              f"not {size}")
         return _scatter_rows(fn, src, plan, dim, out, reduce)
     if rows_only:  # sort whole rows: the index reduced to [*lead, N]
-        return _scatter_rows(fn, src, _rows_plan(fn, index, shape, src, dim, size), dim, out, reduce)
+        perm, indptr = _rows_order(fn, index, shape, src, dim, size)
+        return _scatter_ordered(fn, src, perm, indptr, dim, out, reduce)
     # the index varies along the feature dims: sort every position of the other dims on its own
     last = src.dim() - 1
     full = index.reshape(shape).expand(src.shape).movedim(dim, last)
     moved_out = out.movedim(dim, last) if out is not None else None
-    values, arg = _scatter_rows(fn, src.movedim(dim, last), _plan(fn, full, size), last, moved_out, reduce)
+    perm, indptr = _order(fn, full, size, index)
+    values, arg = _scatter_ordered(fn, src.movedim(dim, last), perm, indptr, last, moved_out, reduce)
     if reduce == "min" or reduce == "max":
         arg = arg.movedim(last, dim)
     if out is not None:

@@ -11,14 +11,11 @@
 #include <tuple>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include "cpu/fresh_output.h"
 #include "cpu/kernels.h"
 #include "cpu/nonempty_segments.h"
 #include "csr_args.h"
@@ -110,24 +107,6 @@ int64_t validate_indptr(const CsrArgs& a, int64_t limit, const char* op, const c
 
 // ---- outputs ---------------------------------------------------------------------------------------
 
-// A new output, about to be written for the first time, page by page. Where transparent huge pages
-// are enabled for memory that asks for them (`madvise`, the default of many distributions), asking
-// turns 512 page faults per 2 MiB into one: a large output (a gather's, a softmax's, max's int64 arg)
-// otherwise spends more time in first-touch page faults than in the kernel. Memory already in use
-// keeps its pages; the hint never changes a value, and its failure (no THP) is ignored.
-Tensor fresh_output(Tensor t) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t bytes = static_cast<uintptr_t>(t.numel() * dtype_bytes(t.scalar_type()));
-  if (bytes >= 4 * kHuge) {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(t.mutable_data_ptr());
-    const uintptr_t lo = (p + kHuge - 1) & ~(kHuge - 1), hi = (p + bytes) & ~(kHuge - 1);
-    if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-  }
-#endif
-  return t;
-}
-
 // ---- the kernels for the shared entry points (segment_ops.h) -------------------------------------------
 
 struct CpuBackend {
@@ -138,7 +117,7 @@ struct CpuBackend {
   Tensor output(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
                 const char* name) const {
     Tensor t = output_for(like, sizes, dtype, given, op, name);
-    return given == nullptr ? fresh_output(t) : t;
+    return given == nullptr ? cpu::fresh_output(t) : t;
   }
   void check_indptr(const CsrArgs& a, int64_t limit, const char* limit_what) const {
     validate_indptr(a, limit, op, limit_what);

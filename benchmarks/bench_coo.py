@@ -1,0 +1,139 @@
+"""CPU benchmark of the COO and scatter functions against pytorch_scatter (the library they replace) and
+torch's own scatter_reduce_ / index_add_ / index_select, on a sorted and a shuffled index.
+
+    PYTHONPATH=<dir holding torch_scatter> python benchmarks/bench_coo.py --markdown benchmarks/results/<file>.md
+    python benchmarks/bench_coo.py --quick        # small shapes, seconds
+
+pytorch_scatter is optional (never a dependency): built from its sdist against the same torch, it is found
+on the path; without it its columns are n/a. Every case times its candidates in interleaved rounds
+(benchmarks/common.py) and reports, per candidate, the median over rounds of its time divided by
+pytorch_scatter's in the same round (< 1: torch_segops is faster), so that a shared, noisy machine slows
+both sides alike. Targets (issue #26): every COO and scatter case <= 1.0 against pytorch_scatter, and scatter
+on a sorted index within 1.5x of segment_coo on the same data ("vs segment_coo" column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
+
+import torch_segops as so  # noqa: E402
+
+ts = C.torch_scatter
+SHAPES = [("1M x 64", 1_000_000, 64), ("4M x 8", 4_000_000, 8), ("20M x 1", 20_000_000, 1)]
+QUICK = [("100k x 16", 100_000, 16), ("1M x 1", 1_000_000, 1)]
+ROWS_PER_TARGET = 10
+NATIVE = {"sum": "sum", "mean": "mean", "max": "amax"}
+
+
+def _inputs(rows: int, feat: int, order: str):
+    g = torch.Generator().manual_seed(0)
+    n = rows // ROWS_PER_TARGET
+    src = torch.randn((rows, feat) if feat > 1 else (rows,), generator=g)
+    index = torch.randint(0, n, (rows,), generator=g)
+    if order == "sorted":
+        index = index.sort().values
+    return src, index, n
+
+
+def cases(rows: int, feat: int, orders=("sorted", "shuffled")):
+    """(case, index order, {candidate: fn}); "segops" is ours, "pytorch_scatter" the anchor."""
+    for order in orders:
+        src, index, n = _inputs(rows, feat, order)
+        feat_shape = src.shape[1:]
+        idx_x = index.view(-1, *[1] * len(feat_shape)).expand(src.shape)
+        zeros = lambda: torch.zeros((n, *feat_shape), dtype=src.dtype)  # noqa: E731
+        if order == "sorted":
+            for op in ("sum", "max"):
+                yield f"segment_coo {op}", order, {
+                    "segops": lambda op=op: so.segment_coo(src, index, dim_size=n, reduce=op),
+                    "pytorch_scatter": ts and (lambda op=op: ts.segment_coo(src, index, dim_size=n, reduce=op)),
+                }
+            table = src[:n]
+            yield "gather_coo", order, {
+                "segops": lambda: so.gather_coo(table, index),
+                "pytorch_scatter": ts and (lambda: ts.gather_coo(table, index)),
+                "torch index_select": lambda: table.index_select(0, index),
+            }
+        for op in ("sum", "mean", "max"):
+            fns = {
+                "segops": lambda op=op: so.scatter(src, index, 0, dim_size=n, reduce=op),
+                "pytorch_scatter": ts and (lambda op=op: ts.scatter(src, index, 0, dim_size=n, reduce=op)),
+                "torch scatter_reduce_": lambda op=op: zeros().scatter_reduce_(0, idx_x, src, NATIVE[op],
+                                                                               include_self=False),
+            }
+            if op == "sum":
+                fns["torch index_add_"] = lambda: zeros().index_add_(0, index, src)
+            if order == "sorted":
+                fns["segment_coo"] = lambda op=op: so.segment_coo(src, index, dim_size=n, reduce=op)
+            yield f"scatter {op}", order, fns
+        if order == "shuffled":
+            plan = so.scatter_plan(index, n)
+            yield "scatter sum, plan=", order, {
+                "segops": lambda: so.scatter(src, index, 0, dim_size=n, plan=plan),
+                "pytorch_scatter": ts and (lambda: ts.scatter(src, index, 0, dim_size=n)),
+                "scatter_plan alone": lambda: so.scatter_plan(index, n),
+            }
+
+
+def _ratio(per_round: dict, a: str, b: str):
+    if not per_round.get(a) or not per_round.get(b):
+        return None
+    return statistics.median(x / y for x, y in zip(per_round[a], per_round[b]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--max-seconds", type=float, default=15.0, help="time budget per case")
+    ap.add_argument("--shapes", help="comma-separated labels of SHAPES to run (default: all)")
+    ap.add_argument("--orders", default="sorted,shuffled", help="index orders to run")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--markdown", help="append the results as markdown to this file")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    shapes = QUICK if args.quick else [s for s in SHAPES if not args.shapes or s[0] in args.shapes.split(",")]
+    lines = []
+    load_before = os.getloadavg()
+    for label, rows, feat in shapes:
+        rounds = args.rounds if rows < 10_000_000 else max(3, args.rounds - 2)
+        for case, order, fns in cases(rows, feat, args.orders.split(",")):
+            fns = {k: v for k, v in fns.items() if v}
+            med, per_round = C.interleaved_times(fns, rounds=rounds, repeats=2, max_seconds=args.max_seconds)
+            vs_ps = _ratio(per_round, "segops", "pytorch_scatter")
+            torch_names = [k for k in fns if k.startswith("torch ")]
+            vs_torch = {k: _ratio(per_round, "segops", k) for k in torch_names}
+            vs_coo = _ratio(per_round, "segops", "segment_coo")
+            cells = [
+                f"{label}", order, case, C._fmt_time(med.get("segops")), C._fmt_time(med.get("pytorch_scatter")),
+                f"{vs_ps:.2f}" if vs_ps else "n/a",
+                ", ".join(f"{k[6:]} {v:.2f}" for k, v in vs_torch.items() if v) or "-",
+                f"{vs_coo:.2f}" if vs_coo else "-",
+                ", ".join(f"{k} {C._fmt_time(v)}" for k, v in med.items()
+                          if k not in ("segops", "pytorch_scatter") and not k.startswith("torch ") and v) or "-",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    if args.markdown:
+        env = C.environment()
+        load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(load_before, os.getloadavg()))
+        head = ["", *[f"- {k}: {v}" for k, v in env.items()], f"- rounds: {args.rounds} (3 or more at 20M rows)",
+                f"- load average (1/5/15 min, before/after): {load}", "",
+                "| shape (fp32) | index | case | segops | pytorch_scatter | segops / pytorch_scatter | "
+                "segops / torch | segops / segment_coo | other |", "|" + "---|" * 9]
+        with open(args.markdown, "a") as fh:
+            fh.write("\n".join(head + lines) + "\n")
+        print("appended to", args.markdown)
+
+
+if __name__ == "__main__":
+    main()
