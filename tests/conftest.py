@@ -4,18 +4,28 @@
   minutes on 2 cores); "thorough" (HYPOTHESIS_PROFILE=thorough) runs 10x more examples.
 - Every test starts from a fixed torch seed and the process's thread count is restored afterwards
   (the determinism tests change it).
+- torch.compile's caches go to a fresh folder per session (unless TORCHINDUCTOR_CACHE_DIR is set): the
+  AOTAutograd cache keys a graph by its forward, not by the Python autograd formulas of custom ops, so a cache
+  written by an older torch_segops replays its backward (an op that no longer exists, e.g. segment_reduce).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `import reference` from any rootdir
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchinductor-segops-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 _COMMON = dict(
     deadline=None,

@@ -301,7 +301,7 @@ def inspect_package(pkg: PackageInfo, variant: dict, archs: str | None = None) -
         lib_facts = ccb.inspect(str(lib), archs)
         problems += lib_facts["problems"]
         facts.update(archs=archs, needed=lib_facts["needed"], fatbin_bytes=lib_facts["fatbin_bytes"],
-                     fatbin=sorted(f"{e['kind']}:{e['arch']}" for e in lib_facts["entries"]),
+                     fatbin=sorted({f"{e['kind']}:{e['arch']}" for e in lib_facts["entries"]}),  # one fatbin per .cu
                      cuobjdump=lib_facts["cuobjdump"])
     facts["problems"] = problems
     return facts
