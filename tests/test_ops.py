@@ -213,6 +213,50 @@ def test_min_max_special_values_match_reference(reduce, features, dtype):
     torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("features", [16, 24, 32, 48, 64, 72, 200], ids=lambda f: f"F{f}")
+@pytest.mark.parametrize("reduce", ["min", "max"])
+@pytest.mark.parametrize("nan", ["none", "first row", "one row"])
+def test_min_max_whole_row_blocks_match_reference(reduce, features, dtype, nan):
+    # The CPU's whole-row blocks (16, 32 or 64 float features with int16 row lanes; a block that meets a
+    # NaN is redone exactly): ties, signed zeros and infinities without NaN, or one NaN in the first row
+    # or a later row of one segment; segments from 1 row to longer than a chunk (2048 rows at F=16).
+    gen = torch.Generator().manual_seed(features)
+    specials = torch.tensor([v for v in SPECIAL if v == v], dtype=dtype)
+    lengths = [1, 2, 3, 17, 40, 3000, 5, 300, 1]
+    src = specials[torch.randint(len(specials), (sum(lengths), features), generator=gen)]
+    indptr = R.indptr_from_lengths(lengths)
+    if nan != "none":
+        row = int(indptr[5]) + (0 if nan == "first row" else 1234)  # in the 3000-row segment
+        src[row, features // 3] = float("nan")
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(arg, ref_arg), (arg != ref_arg).nonzero()[:5]
+    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reduce", ["min", "max"])
+@pytest.mark.parametrize("nan", ["none", "one row"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_min_max_one_feature_batches_match_reference(reduce, dtype, nan, seed):
+    # One feature: batches of 8 segments (empty ones, ones longer than 32 rows, a last batch cut short,
+    # the array's last rows read through a padded copy); without NaN, or with one NaN (its batch is redone
+    # segment by segment).
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 70, (203,), generator=gen)
+    lengths[::17] = 0
+    specials = torch.tensor([v for v in SPECIAL if v == v], dtype=dtype)
+    src = specials[torch.randint(len(specials), (int(lengths.sum()),), generator=gen)]
+    if nan != "none":
+        src[int(torch.randint(src.numel(), (1,), generator=gen))] = float("nan")
+    indptr = R.indptr_from_lengths(lengths)
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(arg, ref_arg), (arg != ref_arg).nonzero()[:5]
+    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
 @pytest.mark.parametrize("reduce", ["min", "max"])
 def test_min_max_integer_extremes(reduce, dtype):
