@@ -79,7 +79,7 @@ def main(argv=None):
         head = ("| shape | " + " | ".join(f"{k} ms" for k in candidates(torch.zeros(1), torch.tensor([0, 1]))) +
                 " | max/sum | min/sum | max out=/sum | amax/(max out=) |")
         table = "\n".join([head, "|" + "---|" * (head.count("|") - 1), *lines])
-        env = C.environment()
+        env = "\n".join(f"- {k}: {v}" for k, v in C.environment().items())
         text = (f"threads {args.threads}, {args.rounds} interleaved rounds x {args.repeats}, medians; ratios: median "
                 f"of per-round ratios\n\n{table}\n\n{env}\n")
         print(text)

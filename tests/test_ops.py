@@ -235,6 +235,46 @@ def test_min_max_whole_row_blocks_match_reference(reduce, features, dtype, nan):
     torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("features", [16, 32, 64, 72], ids=lambda f: f"F{f}")
+@pytest.mark.parametrize("reduce", ["min", "max"])
+@pytest.mark.parametrize("where", ["piece first row", "piece last row", "two NaNs"])
+def test_min_max_whole_row_blocks_nan_at_piece_borders(reduce, features, dtype, where):
+    # One segment over several chunks: with one segment the chunk borders fall on rows W, 2W, ...
+    # (W = max(64, 32768 // F), kernels.cpp); the NaN in the second vector of the first pair of vectors.
+    W = max(64, 32768 // features)
+    n = 3 * W + 37
+    gen = torch.Generator().manual_seed(features)
+    src = torch.randn(n, features, generator=gen).to(dtype)
+    f = min(features - 1, 11)
+    rows = {"piece first row": [W, 2 * W], "piece last row": [W - 1], "two NaNs": [W + 5, 2 * W + 1]}[where]
+    for r in rows:
+        src[r, f] = float("nan")
+    indptr = torch.tensor([0, n])
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(arg, ref_arg), (arg != ref_arg).nonzero()[:5]
+    assert int(arg[0, f]) == rows[0]
+    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("reduce", ["min", "max"])
+@pytest.mark.parametrize("features", [16, 32, 64, 80], ids=lambda f: f"F{f}")
+def test_min_max_whole_row_blocks_constant_and_last_row(reduce, features):
+    W = max(64, 32768 // features)  # the longest piece: rows up to W - 1
+    src = torch.full((W, features), 2.0)
+    indptr = torch.tensor([0, W])
+    values, arg = NAMED[reduce](src, indptr)
+    assert (arg == 0).all() and (values == 2.0).all()  # all equal: the first row everywhere
+    src[W - 1] = 3.0 if reduce == "max" else 1.0  # the extreme in the highest row a piece reaches
+    src[W - 1, 0] = 2.0  # a tie in feature 0: row 0 keeps it
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(arg, ref_arg)
+    assert (arg[0, 1:] == W - 1).all() and arg[0, 0] == 0
+    torch.testing.assert_close(values, ref_values, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("reduce", ["min", "max"])
 @pytest.mark.parametrize("nan", ["none", "one row"])

@@ -47,6 +47,8 @@ namespace {
 constexpr int64_t kChunkElems = 1 << 15;  // elements of work per chunk (rows x features)
 constexpr int64_t kFeatureTile = kMaxPieceFeatures;  // features per work unit
 constexpr int64_t kMinItems = 64;         // merge-path items per chunk, at least
+// A piece has at most a chunk's rows; the int16 row lanes of min/max (blocks of >= 16 features) hold them.
+static_assert(std::max(kMinItems, kChunkElems / 16) <= kMaxRows16, "arg_extremum_rows16's rows fit int16");
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -5,7 +5,8 @@
 //
 // Reducers whose step does not vectorise as written get their own loops:
 //   min/max with arg over several features: one pass with explicit vectors of values and row numbers
-//   (the auto-vectoriser left blocks of fewer than 32 float features scalar);
+//   (the auto-vectoriser left blocks of fewer than 32 float features scalar); float features in
+//   whole-row blocks of up to 64 with int16 row numbers (arg_extremum_rows16);
 //   min/max with arg over one feature: the extreme value, then the first row that holds it;
 //   logsumexp: two passes over the piece, which is small enough to stay in cache (a chunk holds at most
 //   kChunkElems elements): the max (over several features, by the vector loop of min/max), then the
@@ -258,9 +259,10 @@ template <typename T, bool M> struct Extremum<ExtremeValueOp<T, M>> {
 // extreme is not (the first NaN wins and stays); the value alone (ExtremeValueOp) takes any NaN. Blocks
 // of whole vectors run on Lanes (the auto-vectoriser left blocks of 16 or 8 float features scalar);
 // fewer features than a vector holds run as scalars (without rows: reduce_block).
+// known_nan: the caller saw a NaN in these rows (the exact loop at once).
 template <class Op, class Load>
 inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64_t elem0, int64_t F, int64_t fn,
-                                 int64_t pos0, int64_t count) {
+                                 int64_t pos0, int64_t count, bool known_nan = false) {
   using E = Extremum<Op>;
   using A = typename E::A;
   using L = Lanes<A>;
@@ -281,25 +283,27 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
       // With rows, a first pass assumes no NaN: a strict comparison selects value and row, and NaNs are
       // only noted (two operations per vector and row fewer than the NaN rule; measured 1.5x faster at
       // F=64); a piece that holds a NaN is redone by the exact loop below.
-      bool exact = !E::kRows;
+      bool exact = !E::kRows || known_nan;
       if constexpr (E::kRows) {
-        typename L::V nan{};
-        for (int64_t r = 1; r < count; ++r) {
-          const typename L::P row = typename L::P{} + static_cast<Pos>(r);
+        if (!exact) {
+          typename L::V nan{};
+          for (int64_t r = 1; r < count; ++r) {
+            const typename L::P row = typename L::P{} + static_cast<Pos>(r);
 #pragma GCC unroll 8
-          for (int v = 0; v < NV; ++v) {
-            typename L::V x;
-            load_lanes<L>(load, elem0 + r * F + f0 + v * L::kN, x);
-            const auto take = E::kIsMax ? x > m[v] : x < m[v];
-            m[v] = take ? x : m[v];
-            idx[v] = take ? row : idx[v];
-            nan = (x != x) ? x : nan;
+            for (int v = 0; v < NV; ++v) {
+              typename L::V x;
+              load_lanes<L>(load, elem0 + r * F + f0 + v * L::kN, x);
+              const auto take = E::kIsMax ? x > m[v] : x < m[v];
+              m[v] = take ? x : m[v];
+              idx[v] = take ? row : idx[v];
+              nan = (x != x) ? x : nan;
+            }
           }
+          typename L::V seen = m[0] != m[0] ? m[0] : nan;  // the first row's NaNs (never replaced)
+          for (int v = 1; v < NV; ++v) seen = m[v] != m[v] ? m[v] : seen;
+          for (int l = 0; l < L::kN; ++l) exact |= seen[l] != seen[l];
+          if (exact) first_row();
         }
-        typename L::V seen = m[0] != m[0] ? m[0] : nan;  // the first row's NaNs (never replaced)
-        for (int v = 1; v < NV; ++v) seen = m[v] != m[v] ? m[v] : seen;
-        for (int l = 0; l < L::kN; ++l) exact |= seen[l] != seen[l];
-        if (exact) first_row();
       }
       for (int64_t r = 1; exact && r < count; ++r) {
         const typename L::P row = typename L::P{} + static_cast<Pos>(r);
@@ -349,8 +353,8 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
 
 // Min/max with arg of float features in whole rows: 16, 32 or 64 features (NV = 2, 4, 8 vectors) walked
 // row by row over rows [0, count <= kMaxRows16), with the rows as int16 lanes: one comparison mask per
-// pair of value vectors narrows into one vector of row numbers, so values and rows of 64 features fit
-// the 16 AVX2 registers. (Blocks of 32 features walked each piece twice, half a row at a time: that
+// pair of value vectors narrows into one vector of row numbers: values and rows of 64 features take 12
+// of the 16 AVX2 registers (the row vectors spill at 64, a load and a store per row each). (Blocks of 32 features walked each piece twice, half a row at a time: that
 // access pattern, not the instruction count, kept max at 1.4x sum's time; a sum walked the same way
 // took as long.) The comparison is strict, so a NaN is never taken: NaNs are only noted, and a block
 // that holds one returns false without writing st, for the exact loop of extremum_piece_lanes.
@@ -371,8 +375,10 @@ using MaskLanes32 = int32_t __attribute__((vector_size(32)));
 #if defined(__AVX2__)
   to = reinterpret_cast<RowLanes16>(_mm256_packs_epi32(reinterpret_cast<__m256i>(a), reinterpret_cast<__m256i>(b)));
 #else
-  to = __builtin_convertvector(__builtin_shufflevector(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15),
-                               RowLanes16);
+  for (int l = 0; l < 4; ++l) {  // the pack's order (no __builtin_shufflevector: GCC >= 12 only)
+    to[l] = static_cast<int16_t>(a[l]), to[l + 4] = static_cast<int16_t>(b[l]);
+    to[l + 8] = static_cast<int16_t>(a[l + 4]), to[l + 12] = static_cast<int16_t>(b[l + 4]);
+  }
 #endif
 }
 // idx's lanes where took is set become row's.
@@ -445,7 +451,7 @@ template <class Op, class Load>
         if constexpr (B >= 16) {
           if (arg_extremum_rows16<Op, B / 8>(st + f0, load, elem0 + f0, F, pos0, count)) return;
         }
-        extremum_piece_lanes<Op>(st + f0, load, elem0 + f0, F, B, pos0, count);
+        extremum_piece_lanes<Op>(st + f0, load, elem0 + f0, F, B, pos0, count, B >= 16);
       });
       return;
     }
