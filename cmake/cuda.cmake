@@ -140,7 +140,7 @@ endif()
 # does not bind at load time ("undefined symbol: aoti_torch_get_current_cuda_stream", seen on a GPU).
 # A CPU-only torch (CI's compile check) has no libtorch_cuda: link a stub of the same soname instead. It
 # is never installed; at load time the soname matches the libtorch_cuda.so that a CUDA torch has loaded.
-find_library(TORCH_SEGOPS_LIBTORCH_CUDA torch_cuda PATHS "${TORCH_SEGOPS_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+find_library(TORCH_SEGOPS_LIBTORCH_CUDA torch_cuda PATHS ${_torch_libs} NO_DEFAULT_PATH)
 if(TORCH_SEGOPS_LIBTORCH_CUDA)
   target_link_libraries(torch_segops_C PRIVATE "${TORCH_SEGOPS_LIBTORCH_CUDA}")
 else()

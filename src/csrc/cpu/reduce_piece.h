@@ -223,8 +223,10 @@ template <typename T> struct Lanes {
   using A = T;
   static constexpr int kN = 32 / sizeof(A);
   using Pos = std::conditional_t<sizeof(A) <= 4, int32_t, int64_t>;
-  typedef A V __attribute__((vector_size(32)));
-  typedef Pos P __attribute__((vector_size(32)));
+#if SEGOPS_VECTOR_EXT
+  SEGOPS_VECTOR_TYPE(V, A, 32);
+  SEGOPS_VECTOR_TYPE(P, Pos, 32);
+#endif
 };
 
 // v = elements [e, e + kN) as A: one unaligned load where the input already holds A. (An out parameter:
@@ -267,7 +269,7 @@ template <class Op, class Load>
   using Pos = typename L::Pos;
   // 4 vectors per block: values and rows in 8 of the 16 AVX2 registers (8 vectors of values alone spill)
   for_feature_blocks<4 * L::kN>(fn, [&](auto B, int64_t f0) {
-    if constexpr (B >= L::kN) {
+    if constexpr (SEGOPS_VECTOR_EXT && B >= L::kN) {
       constexpr int NV = B / L::kN;
       typename L::V m[NV];
       [[maybe_unused]] typename L::P idx[NV];  // rows: kRows only
