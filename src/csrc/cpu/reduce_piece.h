@@ -270,6 +270,7 @@ template <class Op, class Load>
   // 4 vectors per block: values and rows in 8 of the 16 AVX2 registers (8 vectors of values alone spill)
   for_feature_blocks<4 * L::kN>(fn, [&](auto B, int64_t f0) {
     if constexpr (SEGOPS_VECTOR_EXT && B >= L::kN) {
+#if SEGOPS_VECTOR_EXT
       constexpr int NV = B / L::kN;
       typename L::V m[NV];
       [[maybe_unused]] typename L::P idx[NV];  // rows: kRows only
@@ -328,6 +329,7 @@ template <class Op, class Load>
           }
         }
       }
+#endif
     } else if constexpr (E::kRows) {
       // ArgExtremumOp::step from the first row on, rows in Pos: reduce_block's step (int64 rows, a
       // no-row check) measured 12-18% slower for max over 2, 3, 13 and 37 features (2026-11-24).
