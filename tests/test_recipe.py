@@ -163,6 +163,21 @@ def test_osx_win_toolchains(rendered):
             assert not [s for s in build if s.startswith(("gcc", "gxx", "sysroot"))], build
 
 
+def test_cross_build_adds_cross_python():
+    """conda-forge cross-compiles osx-arm64 on osx-64 (conda-forge.yml): both recipes then put python and
+    cross-python_osx-arm64 into the build environment (CMake finds the host's torch through it); a
+    native build has neither."""
+    cfg = yaml.safe_load((REPO / "conda-forge.yml").read_text())
+    assert cfg["build_platform"] == {"osx_arm64": "osx_64"} and cfg["test"] == "native_and_emulated"
+    cross = {ct.variant_name(v.variant): v for v in ct.render(platform="osx-arm64", build_platform="osx-64")}["cpu"]
+    build = reqs(cross, "build")
+    assert by_name(build, "python") == ["python"] and by_name(build, "cross-python_osx-arm64") == ["cross-python_osx-arm64"]
+    meta = render_meta("osx-arm64", {k: str(x) for k, x in cross.variant.items()}, cross.hash_info.hash, build_platform="osx-64")
+    assert [norm(s) for s in meta["requirements"]["build"]] == [norm(s) for s in build]
+    native = reqs(rendered_for("osx-arm64")["cpu"], "build")
+    assert not by_name(native, "python") and not by_name(native, "cross-python_osx-arm64"), native
+
+
 def test_package_metadata(rendered):
     variants, _ = rendered
     for v in variants.values():
@@ -227,9 +242,11 @@ def eval_selectors(text: str, ns: dict) -> str:
     return "\n".join(out)
 
 
-def render_meta(platform: str, variant: dict, pkg_hash: str, environ: dict | None = None) -> dict:
+def render_meta(platform: str, variant: dict, pkg_hash: str, environ: dict | None = None,
+                build_platform: str | None = None) -> dict:
     ns = selector_namespace(platform, variant)
     ns["environ"] = environ or {}
+    ns["build_platform"] = build_platform or platform
 
     def compiler(lang):  # conda-build's default compilers where the variant names none (osx: clang, unversioned)
         default = {"c": {"linux": "gcc", "osx": "clang", "win": "vs2017"}, "cxx": {"linux": "gxx", "osx": "clangxx", "win": "vs2017"},

@@ -71,14 +71,22 @@ def find_in_file(path: str, start: bytes, end: bytes, limit: int = 4096) -> byte
             tail = data[-len(start) :]
 
 
-def elf_problem(path: str) -> str | None:
-    """Why ``path`` cannot be a complete ELF shared object, or None when its headers, program headers,
-    loaded segments and section headers all lie inside the file. Reads a few KB; never loads it."""
+def _opened(path: str):
+    """(binary file object, size) of the regular file ``path``, or (None, why it cannot be opened)."""
     try:
         fd, size = _open_regular(path)
     except OSError as e:
-        return str(e) if isinstance(e, NotARegularFile) else f"{path} cannot be opened: {e.strerror or e}"
-    with os.fdopen(fd, "rb") as fh:
+        return None, str(e) if isinstance(e, NotARegularFile) else f"{path} cannot be opened: {e.strerror or e}"
+    return os.fdopen(fd, "rb"), size
+
+
+def elf_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a complete ELF shared object, or None when its headers, program headers,
+    loaded segments and section headers all lie inside the file. Reads a few KB; never loads it."""
+    fh, size = _opened(path)
+    if fh is None:
+        return size
+    with fh:
         ident = fh.read(64)
         if ident[:4] != b"\x7fELF":
             return f"{path} is not a shared object (an ELF file starts with 7f 45 4c 46, this one with {ident[:4].hex(' ') or 'nothing'})"
@@ -121,11 +129,10 @@ def library_file_problem(path: str, platform: str = sys.platform) -> str | None:
     magic = _MAGIC.get(platform)
     if magic is None:
         return elf_problem(path)
-    try:
-        fd, size = _open_regular(path)
-    except OSError as e:
-        return str(e) if isinstance(e, NotARegularFile) else f"{path} cannot be opened: {e.strerror or e}"
-    with os.fdopen(fd, "rb") as fh:
+    fh, size = _opened(path)
+    if fh is None:
+        return size
+    with fh:
         head = fh.read(4)
     if not any(head.startswith(m) for m in magic):
         kind = "a Mach-O" if platform == "darwin" else "a PE (DLL)"
