@@ -123,9 +123,14 @@ target_compile_definitions(torch_segops_C PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:USE_CUDA>)
 # Every nvcc warning is an error: a __host__ function called from __host__ __device__ code is only a warning
 # (#20011-D), and nvcc then drops the call from the device code (a search loop compiled to nothing).
+# (host compiler flags: GCC's; MSVC, Windows's host compiler, takes its defaults)
+set(_segops_host_flags -Xcompiler=-Wall -Xcompiler=-fno-math-errno)
+if(MSVC)
+  set(_segops_host_flags "")
+endif()
 target_compile_options(torch_segops_C PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --threads=${TORCH_SEGOPS_NVCC_THREADS} ${_segops_compress}
-                             --Werror=all-warnings,cross-execution-space-call -Xcompiler=-Wall -Xcompiler=-fno-math-errno>)
+                             --Werror=all-warnings,cross-execution-space-call ${_segops_host_flags}>)
 
 # ptxas's registers, stack frame, spills and shared memory per kernel in the build output
 # (tools/check_cuda_build.py turns them into a table per kernel and architecture).
@@ -140,7 +145,7 @@ endif()
 # does not bind at load time ("undefined symbol: aoti_torch_get_current_cuda_stream", seen on a GPU).
 # A CPU-only torch (CI's compile check) has no libtorch_cuda: link a stub of the same soname instead. It
 # is never installed; at load time the soname matches the libtorch_cuda.so that a CUDA torch has loaded.
-find_library(TORCH_SEGOPS_LIBTORCH_CUDA torch_cuda PATHS "${TORCH_SEGOPS_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+find_library(TORCH_SEGOPS_LIBTORCH_CUDA torch_cuda PATHS ${_torch_libs} NO_DEFAULT_PATH)
 if(TORCH_SEGOPS_LIBTORCH_CUDA)
   target_link_libraries(torch_segops_C PRIVATE "${TORCH_SEGOPS_LIBTORCH_CUDA}")
 else()

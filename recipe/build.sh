@@ -1,5 +1,6 @@
 #!/bin/bash
-# Shared by recipe.yaml (rattler-build) and meta.yaml (conda-build).
+# Shared by recipe.yaml (rattler-build) and meta.yaml (conda-build), on linux and osx; build.bat is the
+# same steps for Windows.
 set -euxo pipefail
 
 if [[ "${cuda_compiler_version:-None}" != "None" ]]; then
@@ -29,4 +30,6 @@ export CMAKE_BUILD_PARALLEL_LEVEL="${CPU_COUNT:-2}"
 # pip records the local source folder (a build path) in direct_url.json
 dist_info=("${SP_DIR}"/torch_segops-*.dist-info)
 rm -f "${dist_info[0]}/direct_url.json"
-sed -i '/direct_url.json/d' "${dist_info[0]}/RECORD"
+# (-i.bak: the form both GNU sed and macOS's BSD sed accept)
+sed -i.bak '/direct_url.json/d' "${dist_info[0]}/RECORD"
+rm -f "${dist_info[0]}/RECORD.bak"

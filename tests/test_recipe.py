@@ -7,6 +7,7 @@ The end-to-end build is in test_recipe_e2e.py.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import tomllib
@@ -24,16 +25,26 @@ ct.require_tools()
 import rattler  # noqa: E402
 from rattler_build import Stage0Recipe  # noqa: E402
 
-PLATFORMS = ["linux-64", "linux-aarch64"]
+PLATFORMS = ["linux-64", "linux-aarch64", "osx-64", "osx-arm64", "win-64"]
 VARIANTS = ["cpu", "cuda129", "cuda130"]
+# conda-forge's pytorch: cpu on osx (MPS lives in torch itself), cpu and CUDA on linux and win
+PLATFORM_VARIANTS = {p: ["cpu"] if p.startswith("osx") else VARIANTS for p in PLATFORMS}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # the newest GCC each nvcc accepts as host compiler
 NVCC_MAX_GCC = {"12.9": 14, "13.0": 15}
 
 
+PAIRS = [(p, n) for p in PLATFORMS for n in PLATFORM_VARIANTS[p]]
+
+
+@functools.lru_cache(maxsize=None)
+def rendered_for(platform: str) -> dict:
+    return {ct.variant_name(v.variant): v for v in ct.render(platform=platform)}
+
+
 @pytest.fixture(scope="module", params=PLATFORMS)
 def rendered(request):
-    return {ct.variant_name(v.variant): v for v in ct.render(platform=request.param)}, request.param
+    return rendered_for(request.param), request.param
 
 
 def reqs(v, kind):
@@ -48,9 +59,9 @@ def by_name(specs, name):
 # recipe.yaml, rendered
 # ---------------------------------------------------------------------------------------------
 
-def test_three_variants_per_platform(rendered):
+def test_variants_per_platform(rendered):
     variants, platform = rendered
-    assert sorted(variants) == VARIANTS, f"{platform}: {sorted(variants)}"
+    assert sorted(variants) == PLATFORM_VARIANTS[platform], f"{platform}: {sorted(variants)}"
 
 
 def test_build_strings_and_numbers(rendered):
@@ -64,7 +75,7 @@ def test_build_strings_and_numbers(rendered):
         assert v.hash_info.hash in b.string
         assert not re.search(r"py\d", b.string), f"python must not be in the build string: {b.string}"
         seen.add(b.string)
-    assert len(seen) == 3
+    assert len(seen) == len(variants)
 
 
 def test_cuda_pins(rendered):
@@ -113,8 +124,11 @@ def test_python_independent(rendered):
         assert [t["python"]["python_version"] for t in d["tests"] if "python" in t] == [[f"{python_min}.*", "*"]]
 
 
-def test_compilers_zip(rendered):
+def test_compilers(rendered):
+    """linux: GCC and the sysroot zipped per variant (nvcc's GCC limit); osx and win: test_osx_win_toolchains."""
     variants, platform = rendered
+    if not platform.startswith("linux"):
+        return test_osx_win_toolchains(rendered)
     stdlib = {"cpu": "2.17", "cuda129": "2.17", "cuda130": "2.28"}
     for name, v in variants.items():
         var, build = v.variant, reqs(v, "build")
@@ -125,6 +139,43 @@ def test_compilers_zip(rendered):
         assert by_name(build, f"sysroot_{platform}") == [f"sysroot_{platform} {stdlib[name]}.*"]
         if name != "cpu":
             assert gcc <= NVCC_MAX_GCC[var["cuda_compiler_version"]], (name, gcc)
+
+
+def test_osx_win_toolchains(rendered):
+    """conda-forge's toolchains: clang (libc++) and the macOS deployment target on osx, MSVC 2022 on win; the
+    build script per platform (cmd's build.bat on win)."""
+    variants, platform = rendered
+    for name, v in variants.items():
+        build = reqs(v, "build")
+        script = v.recipe.to_dict()["build"]["script"]
+        if platform.startswith("win"):
+            assert script == {"interpreter": "cmd", "file": "build.bat"}, script
+            assert by_name(build, "vs2022_win-64") == ["vs2022_win-64", "vs2022_win-64"], build
+            assert by_name(build, "vs_win-64") == ["vs_win-64 2019.*"], build
+        else:
+            assert script == {"interpreter": "bash", "file": "build.sh"}, script
+        if platform.startswith("osx"):
+            target = {"osx-64": "10.13", "osx-arm64": "11.0"}[platform]
+            assert by_name(build, f"clang_{platform}") == [f"clang_{platform}"], build
+            assert by_name(build, f"clangxx_{platform}") == [f"clangxx_{platform}"], build
+            assert by_name(build, f"macosx_deployment_target_{platform}") == [f"macosx_deployment_target_{platform} {target}.*"]
+        if not platform.startswith("linux"):
+            assert not [s for s in build if s.startswith(("gcc", "gxx", "sysroot"))], build
+
+
+def test_cross_build_adds_cross_python():
+    """conda-forge cross-compiles osx-arm64 on osx-64 (conda-forge.yml): both recipes then put python and
+    cross-python_osx-arm64 into the build environment (CMake finds the host's torch through it); a
+    native build has neither."""
+    cfg = yaml.safe_load((REPO / "conda-forge.yml").read_text())
+    assert cfg["build_platform"] == {"osx_arm64": "osx_64"} and cfg["test"] == "native_and_emulated"
+    cross = {ct.variant_name(v.variant): v for v in ct.render(platform="osx-arm64", build_platform="osx-64")}["cpu"]
+    build = reqs(cross, "build")
+    assert by_name(build, "python") == ["python"] and by_name(build, "cross-python_osx-arm64") == ["cross-python_osx-arm64"]
+    meta = render_meta("osx-arm64", {k: str(x) for k, x in cross.variant.items()}, cross.hash_info.hash, build_platform="osx-64")
+    assert [norm(s) for s in meta["requirements"]["build"]] == [norm(s) for s in build]
+    native = reqs(rendered_for("osx-arm64")["cpu"], "build")
+    assert not by_name(native, "python") and not by_name(native, "cross-python_osx-arm64"), native
 
 
 def test_package_metadata(rendered):
@@ -171,7 +222,8 @@ def test_shipped_recipe_has_no_offline_settings():
 def selector_namespace(platform: str, variant: dict) -> dict:
     os_, arch = platform.split("-")
     ns = {"linux": os_ == "linux", "osx": os_ == "osx", "win": os_ == "win", "unix": os_ != "win",
-          "x86_64": arch == "64", "aarch64": arch == "aarch64", "linux64": platform == "linux-64",
+          "x86_64": arch == "64", "aarch64": arch == "aarch64", "arm64": arch == "arm64", "linux64": platform == "linux-64",
+          "win64": platform == "win-64",
           "target_platform": platform, "build_platform": platform, "environ": {}}
     ns.update(variant)
     return ns
@@ -190,12 +242,17 @@ def eval_selectors(text: str, ns: dict) -> str:
     return "\n".join(out)
 
 
-def render_meta(platform: str, variant: dict, pkg_hash: str, environ: dict | None = None) -> dict:
+def render_meta(platform: str, variant: dict, pkg_hash: str, environ: dict | None = None,
+                build_platform: str | None = None) -> dict:
     ns = selector_namespace(platform, variant)
     ns["environ"] = environ or {}
+    ns["build_platform"] = build_platform or platform
 
-    def compiler(lang):
-        return f"{variant[lang + '_compiler']}_{platform} {variant[lang + '_compiler_version']}"
+    def compiler(lang):  # conda-build's default compilers where the variant names none (osx: clang, unversioned)
+        default = {"c": {"linux": "gcc", "osx": "clang", "win": "vs2017"}, "cxx": {"linux": "gxx", "osx": "clangxx", "win": "vs2017"},
+                   "cuda": {"linux": "cuda-nvcc", "osx": "cuda-nvcc", "win": "cuda-nvcc"}}[lang][platform.split("-")[0]]
+        version = variant.get(lang + "_compiler_version")
+        return f"{variant.get(lang + '_compiler', default)}_{platform}" + (f" {version}" if version else "")
 
     def stdlib(lang):
         return f"{variant[lang + '_stdlib']}_{platform} {variant[lang + '_stdlib_version']}"
@@ -218,9 +275,9 @@ def v1_context_render(line: str, context: dict) -> str:
     return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(line.replace("${{", "{{")).render(**context)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_meta_yaml_matches_recipe_yaml(rendered, name):
-    variants, platform = rendered
+@pytest.mark.parametrize("platform,name", PAIRS)
+def test_meta_yaml_matches_recipe_yaml(platform, name):
+    variants = rendered_for(platform)
     v = variants[name]
     r = v.recipe.to_dict()
     meta = render_meta(platform, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash)
@@ -240,9 +297,10 @@ def test_meta_yaml_matches_recipe_yaml(rendered, name):
     assert meta["build"].get("script_env") is None
     set_meta = render_meta(platform, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash, {"CUDAARCHS": "75-real"})
     assert set_meta["build"]["script_env"] == ["TORCH_SEGOPS_CUDAARCHS=75-real"]
-    # the same build script: v1's recipe/build.sh, reached by v0 through its `recipe` source folder
-    assert r["build"]["script"] == "build.sh" or r["build"]["script"].get("file") == "build.sh"
-    assert meta["build"]["script"] == "bash recipe/build.sh"
+    # the same build script: v1's recipe/build.sh (build.bat on win), reached by v0 through its `recipe` source folder
+    win = platform.startswith("win")
+    assert r["build"]["script"].get("file") == ("build.bat" if win else "build.sh")
+    assert meta["build"]["script"] == ("call recipe\\build.bat" if win else "bash recipe/build.sh")
     assert {"path": "../recipe", "folder": "recipe"} in meta["source"]
     assert r["source"] == [{"path": ".."}] or r["source"][0]["path"] == ".."
     for kind in ("build", "host", "run"):
@@ -256,8 +314,12 @@ def test_meta_yaml_matches_recipe_yaml(rendered, name):
     assert sorted(t["requires"]) == sorted(script["requirements"]["run"] + ["pip", f"python {v.variant['python_min']}"])
     assert "files" not in t  # test_package.py comes from the shared recipe/ folder of the source
     assert t["source_files"] == [f"recipe/{f}" for f in script["files"]["recipe"]] + script["files"]["source"]
-    contents = [f"test -f ${{SP_DIR}}/{f}" for f in tests["package_contents"]["package_contents"]["site_packages"]]
-    assert [c for c in t["commands"] if c.startswith("test -f")] == contents
+    site = tests["package_contents"]["package_contents"]["site_packages"]
+    if win:
+        contents = ["if not exist %SP_DIR%\\" + f.replace("/", "\\") + " exit 1" for f in site]
+    else:
+        contents = [f"test -f ${{SP_DIR}}/{f}" for f in site]
+    assert [c for c in t["commands"] if c.startswith(("test -f", "if not exist"))] == contents
     scripted = [v1_context_render(line, r["context"]) for line in script["script"]]
     assert [c.replace("python recipe/", "python ", 1) for c in t["commands"] if c.startswith("python ")] == scripted
 
@@ -269,15 +331,17 @@ def test_meta_yaml_matches_recipe_yaml(rendered, name):
     assert [meta["about"]["license_file"]] == a["license_file"]
 
 
-@pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64", "osx-arm64", "win-64"])
-def test_skip_agrees(platform):
-    """rattler-build's Python render does not apply build.skip, so evaluate both recipes' conditions."""
+@pytest.mark.parametrize("cuda", ["None", "12.9"])
+@pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64", "osx-64", "osx-arm64", "win-64"])
+def test_skip_agrees(platform, cuda):
+    """rattler-build's Python render does not apply build.skip, so evaluate both recipes' conditions: only
+    osx with CUDA is skipped (the variant config makes no such variant; the skip guards a packager's own)."""
     stage0 = Stage0Recipe.from_file(REPO / "recipe" / "recipe.yaml").build.to_dict()["skip"]
-    ns = selector_namespace(platform, {"cuda_compiler_version": "None"})
+    ns = selector_namespace(platform, {"cuda_compiler_version": cuda})
     v1_skip = any(eval(cond, {"__builtins__": {}}, ns) for cond in stage0)  # noqa: S307
     meta_text = eval_selectors(ct.META.read_text(), ns)
     meta_skip = bool(re.search(r"^\s+skip: true\s*$", meta_text, re.M))
-    assert v1_skip == meta_skip == (not platform.startswith("linux"))
+    assert v1_skip == meta_skip == (platform.startswith("osx") and cuda != "None")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,7 +370,7 @@ def test_recipes_do_not_define_python_min():
     assert cbc_for("linux-64")["python_min"] == [requires_python] == [PINNING["python_min"]]
 
 
-@pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64", "linux-ppc64le", "osx-arm64", "win-64"])
+@pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64"])
 def test_cbc_zip_keys_layer_under_the_global_pinning(platform):
     cbc = cbc_for(platform)
     linux = platform.startswith("linux")
@@ -324,7 +388,7 @@ def test_cbc_zip_keys_layer_under_the_global_pinning(platform):
             assert set_here == g, f"{platform}: sets {set_here} of the zipped {g}"
             assert len({len(cbc[k]) for k in g}) == 1, f"{platform}: zipped keys {g} differ in length"
     if not linux:
-        assert not cbc.get("zip_keys") and not set(cbc) & zipped, f"{platform}: the recipes skip it; nothing to set"
+        assert not cbc.get("zip_keys") and not set(cbc) & zipped, f"{platform}: sets a key the global pinning zips"
 
 
 def test_cbc_works_on_its_own():
@@ -337,15 +401,15 @@ def test_cbc_works_on_its_own():
 
 
 def host_specs_v0(platform: str, variant: str) -> list[str]:
-    v = {ct.variant_name(x.variant): x for x in ct.render(platform=platform)}[variant]
+    v = rendered_for(platform)[variant]
     return render_meta(platform, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash)["requirements"]["host"]
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_pinned_host_requirements_carry_no_version(rendered, name):
+@pytest.mark.parametrize("platform,name", PAIRS)
+def test_pinned_host_requirements_carry_no_version(platform, name):
     """conda-smithy's hint: a host requirement named like a variant key must take the pin (bare
     name) unless it is listed twice (the second line narrows the build string only)."""
-    variants, platform = rendered
+    variants = rendered_for(platform)
     pins = set(variants[name].variant) | set(cbc_for(platform))
     for label, specs in (("recipe.yaml", reqs(variants[name], "host")), ("meta.yaml", host_specs_v0(platform, name))):
         names = [s.split()[0] for s in specs]

@@ -31,16 +31,23 @@ step "installing torch ($TORCH_SPEC) and the build/test tools"
   "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'" \
   "nvidia-cuda-nvdisasm==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
 
-# tests/test_aarch64.py cross-compiles the library for linux-aarch64 with Debian's cross compiler. Where
-# apt-get exists it is installed (a failure is an error); without apt-get that test is skipped, saying why.
-if ! command -v aarch64-linux-gnu-g++ >/dev/null; then
+# tests/test_aarch64.py cross-compiles the library for linux-aarch64 with Debian's cross compiler;
+# tests/test_portability.py compiles the CPU sources with Debian's clang and libc++ (Apple's toolchain is
+# clang with libc++), for x86-64 and, with the cross compiler's headers, aarch64. Where apt-get exists they
+# are installed (a failure is an error); without apt-get those tests are skipped, saying why.
+apt_pkgs=()
+command -v aarch64-linux-gnu-g++ >/dev/null || apt_pkgs+=(g++-aarch64-linux-gnu)
+if ! command -v clang++ >/dev/null || ! echo '#include <vector>' | clang++ -stdlib=libc++ -x c++ -fsyntax-only - 2>/dev/null; then
+  apt_pkgs+=(clang libc++-dev libc++abi-dev)
+fi
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
-    step "installing the aarch64 cross compiler (g++-aarch64-linux-gnu) with apt-get"
+    step "installing ${apt_pkgs[*]} with apt-get"
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends g++-aarch64-linux-gnu >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
   else
-    echo "note: no apt-get here: tests/test_aarch64.py (linux-aarch64 cross build) will be skipped" >&2
+    echo "note: no apt-get here: tests/test_aarch64.py and tests/test_portability.py will skip what needs ${apt_pkgs[*]}" >&2
   fi
 fi
 

@@ -1,4 +1,6 @@
 // What this binary is, for torch_segops.build_info() and the doctor: read through ctypes, no torch needed.
+#include "platform.h"
+
 #ifndef TORCH_SEGOPS_CUDA_VERSION
 #define TORCH_SEGOPS_CUDA_VERSION ""
 #endif
@@ -15,7 +17,7 @@
 #define TORCH_SEGOPS_STR2(x) #x
 #define TORCH_SEGOPS_STR(x) TORCH_SEGOPS_STR2(x)
 
-extern "C" __attribute__((visibility("default"))) const char* torch_segops_build_info() {
+extern "C" SEGOPS_EXPORT const char* torch_segops_build_info() {
   // A flat JSON object; cuda_archs is the CMake architecture list ("75-real;90-real;120"), "" for cpu.
   return "{"
          "\"version\": \"" TORCH_SEGOPS_VERSION "\", "
@@ -29,7 +31,7 @@ extern "C" __attribute__((visibility("default"))) const char* torch_segops_build
          "\"cpu_isas\": \"" TORCH_SEGOPS_CPU_ISAS "\", "
          "\"torch_target\": \"" TORCH_SEGOPS_TORCH_TARGET "\", "
          "\"torch_headers\": \"" TORCH_SEGOPS_TORCH_HEADERS "\", "
-         "\"cxx_compiler\": \"" __VERSION__ "\""
+         "\"cxx_compiler\": \"" SEGOPS_COMPILER_VERSION "\""
          "}";
 }
 
@@ -76,7 +78,7 @@ unsigned allowed_cuda_plans(std::string* error) {
 
 // torch_segops.cuda_plans(): the allowed plans ("short,merge,block") into buf; returns 0, or 1 with the error
 // of an invalid TORCH_SEGOPS_CUDA_PLANS in buf.
-extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_plans(char* buf, size_t len) {
+extern "C" SEGOPS_EXPORT int torch_segops_cuda_plans(char* buf, size_t len) {
   std::string err;
   const unsigned m = torch_segops::allowed_cuda_plans(&err);
   torch_segops::copy_out(m != 0 ? torch_segops::plans_spec(m) : err, buf, len);
@@ -84,7 +86,7 @@ extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_plans(ch
 }
 
 // torch_segops.set_cuda_plans(spec): returns 0, or 1 with the error in buf (the setting is then unchanged).
-extern "C" __attribute__((visibility("default"))) int torch_segops_set_cuda_plans(const char* spec, char* buf,
+extern "C" SEGOPS_EXPORT int torch_segops_set_cuda_plans(const char* spec, char* buf,
                                                                                    size_t len) {
   unsigned m = 0;
   std::string err;
@@ -110,7 +112,7 @@ void count_cuda_plan(int kind) {
 }
 }  // namespace torch_segops
 
-extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_plan_counts(unsigned long long* out, int n) {
+extern "C" SEGOPS_EXPORT int torch_segops_cuda_plan_counts(unsigned long long* out, int n) {
   int k = 0;
   for (; k < n && k < torch_segops::kPlanKinds; ++k) out[k] = torch_segops::g_plan_counts[k].load();
   return k;

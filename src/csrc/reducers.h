@@ -12,10 +12,12 @@
 #include <torch/headeronly/util/BFloat16.h>
 #include <torch/headeronly/util/Half.h>
 
+#include "platform.h"
+
 #if defined(__CUDACC__)
 #define SEGOPS_HD __host__ __device__ __forceinline__
 #else
-#define SEGOPS_HD __attribute__((always_inline)) inline
+#define SEGOPS_HD SEGOPS_ALWAYS_INLINE
 #endif
 
 namespace torch_segops {

@@ -13,8 +13,6 @@
 // the dispatcher line in it; allocations go through `new_tensor`, which names what was allocated.
 #pragma once
 
-#include <dlfcn.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -28,6 +26,8 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
+#include "platform.h"
+
 namespace torch_segops {
 
 // torch's message for the last failed shim call in this thread, or "" when the running torch cannot
@@ -36,9 +36,7 @@ inline std::string torch_reason() {
   using Getter = const char* (*)();
   static const Getter getter = []() -> Getter {
     if (std::getenv("TORCH_SEGOPS_NO_TORCH_MESSAGE")) return nullptr;  // tests: behave as in torch < 2.13
-    void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);  // already loaded: our NEEDED entry
-    void* sym = lib ? dlsym(lib, "torch_exception_get_what_without_backtrace") : nullptr;
-    return reinterpret_cast<Getter>(sym);
+    return reinterpret_cast<Getter>(platform::torch_cpu_symbol("torch_exception_get_what_without_backtrace"));
   }();
   const char* what = getter ? getter() : nullptr;
   return what ? std::string(what) : std::string();

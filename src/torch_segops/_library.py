@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import torch
 
-from .doctor.files import elf_problem
+from .doctor.files import library_file_problem
 
 LIBRARY_ENV = "TORCH_SEGOPS_LIBRARY"
 PLANS_ENV = "TORCH_SEGOPS_CUDA_PLANS"  # the CUDA reduction plans allowed (cuda_plans())
@@ -45,7 +45,7 @@ def load() -> str:
             f"torch_segops: compiled library not found at {path}. The package was not built; "
             "reinstall it (pip install --no-build-isolation .) and run `python -m torch_segops.doctor`."
         )
-    problem = elf_problem(path)  # checked first: the loader dies of SIGBUS on a truncated file, hangs on a FIFO
+    problem = library_file_problem(path)  # checked first: the loader dies of SIGBUS on a truncated file, hangs on a FIFO
     if problem:
         raise LibraryLoadError(
             f"torch_segops: the compiled library cannot be loaded: {problem}. Reinstall torch_segops; "

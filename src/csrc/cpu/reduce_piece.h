@@ -224,8 +224,10 @@ template <typename T> struct Lanes {
   using A = T;
   static constexpr int kN = 32 / sizeof(A);
   using Pos = std::conditional_t<sizeof(A) <= 4, int32_t, int64_t>;
-  typedef A V __attribute__((vector_size(32)));
-  typedef Pos P __attribute__((vector_size(32)));
+#if SEGOPS_VECTOR_EXT
+  SEGOPS_VECTOR_TYPE(V, A, 32);
+  SEGOPS_VECTOR_TYPE(P, Pos, 32);
+#endif
 };
 
 // v = elements [e, e + kN) as A: one unaligned load where the input already holds A. (An out parameter:
@@ -269,7 +271,8 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
   using Pos = typename L::Pos;
   // 4 vectors per block: values and rows in 8 of the 16 AVX2 registers (8 vectors of values alone spill)
   for_feature_blocks<4 * L::kN>(fn, [&](auto B, int64_t f0) {
-    if constexpr (B >= L::kN) {
+    if constexpr (SEGOPS_VECTOR_EXT && B >= L::kN) {
+#if SEGOPS_VECTOR_EXT
       constexpr int NV = B / L::kN;
       typename L::V m[NV];
       [[maybe_unused]] typename L::P idx[NV];  // rows: kRows only
@@ -330,6 +333,7 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
           }
         }
       }
+#endif
     } else if constexpr (E::kRows) {
       // ArgExtremumOp::step from the first row on, rows in Pos: reduce_block's step (int64 rows, a
       // no-row check) measured 12-18% slower for max over 2, 3, 13 and 37 features (2026-11-24).

@@ -19,6 +19,7 @@
 #include "cpu/kernels.h"
 #include "cpu/nonempty_segments.h"
 #include "csr_args.h"
+#include "platform.h"
 #include "reducers.h"
 #include "segment_ops.h"
 
@@ -30,10 +31,7 @@ const Kernels& kernels() {
     const char* force = std::getenv("TORCH_SEGOPS_CPU_ISA");
     if (force != nullptr && std::strcmp(force, "baseline") == 0) return kernels_baseline();
 #if defined(TORCH_SEGOPS_CPU_AVX2)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-        __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2"))
-      return kernels_avx2();
+    if (platform::cpu_has_x86_64_v3()) return kernels_avx2();
 #endif
     return kernels_baseline();
   }();
@@ -149,7 +147,7 @@ struct CpuBackend {
 }  // namespace torch_segops
 
 // The kernel set this process runs ("baseline" or "avx2"), for torch_segops.build_info() (ctypes).
-extern "C" __attribute__((visibility("default"))) const char* torch_segops_cpu_isa() {
+extern "C" SEGOPS_EXPORT const char* torch_segops_cpu_isa() {
   return torch_segops::cpu::kernels().isa;
 }
 

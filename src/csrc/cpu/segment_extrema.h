@@ -91,19 +91,19 @@ template <bool kIsMax, typename T>
   int64_t best_block = 0;
   const __m256 nan_any = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(v[0], v[0], _CMP_UNORD_Q), _mm256_cmp_ps(v[1], v[1], _CMP_UNORD_Q)),
                                       _mm256_or_ps(_mm256_cmp_ps(v[2], v[2], _CMP_UNORD_Q), _mm256_cmp_ps(v[3], v[3], _CMP_UNORD_Q)));
-  if (__builtin_expect(_mm256_movemask_ps(nan_any) != 0, 0)) {  // a NaN in the first 32 rows (rows past n are not NaN)
-    return __builtin_ctz(nan_bits(v) & valid);
+  if (SEGOPS_UNLIKELY(_mm256_movemask_ps(nan_any) != 0)) {  // a NaN in the first 32 rows (rows past n are not NaN)
+    return lowest_bit(nan_bits(v) & valid);
   }
   for (int64_t b = 32; b < n; b += 32) {  // longer segments: the block holding the first extreme
     __m256 w[4];
     uint32_t w_valid;
     const float e = block_extreme<kIsMax>(x + b, n - b, readable - b, w, w_valid);
     const uint32_t nans = nan_bits(w) & w_valid;
-    if (nans != 0) return b + __builtin_ctz(nans);
+    if (nans != 0) return b + lowest_bit(nans);
     if (kIsMax ? e > best : e < best) best = e, best_block = b;
   }
   if (best_block != 0) block_extreme<kIsMax>(x + best_block, n - best_block, readable - best_block, v, valid);
-  return best_block + __builtin_ctz(equal_bits(v, _mm256_set1_ps(best)) & valid);
+  return best_block + lowest_bit(equal_bits(v, _mm256_set1_ps(best)) & valid);
 }
 
 // Min/max with arg of whole segments [s, s_end) of one feature: segment k's rows are the elements

@@ -39,6 +39,7 @@
 #include "csr_args.h"
 #include "cuda/error_messages.h"
 #include "cuda_plans.h"
+#include "platform.h"
 #include "cuda/segment_kernels.cuh"
 #include "reducers.h"
 #include "segment_ops.h"
@@ -482,7 +483,7 @@ struct CudaBackend {
 // For torch_segops.check_errors() (through ctypes; the caller synchronises the device first): copies the
 // pending asynchronous indptr error, if any, into buf (NUL-terminated, truncated to len) and clears it.
 // Returns 1 if there was one, 0 otherwise.
-extern "C" __attribute__((visibility("default"))) int torch_segops_cuda_take_error(char* buf, size_t len) {
+extern "C" SEGOPS_EXPORT int torch_segops_cuda_take_error(char* buf, size_t len) {
   std::string msg;
   if (!torch_segops::cuda::take_error(msg)) return 0;
   if (buf != nullptr && len > 0) {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import sys
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -24,7 +25,9 @@ class NotARegularFile(OSError):
 
 def _open_regular(path: str) -> tuple[int, int]:
     """(file descriptor, size) of a regular file, opened without blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    # O_NONBLOCK and O_CLOEXEC: POSIX only; O_BINARY: Windows only (no text-mode translation)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -68,14 +71,22 @@ def find_in_file(path: str, start: bytes, end: bytes, limit: int = 4096) -> byte
             tail = data[-len(start) :]
 
 
-def elf_problem(path: str) -> str | None:
-    """Why ``path`` cannot be a complete ELF shared object, or None when its headers, program headers,
-    loaded segments and section headers all lie inside the file. Reads a few KB; never loads it."""
+def _opened(path: str):
+    """(binary file object, size) of the regular file ``path``, or (None, why it cannot be opened)."""
     try:
         fd, size = _open_regular(path)
     except OSError as e:
-        return str(e) if isinstance(e, NotARegularFile) else f"{path} cannot be opened: {e.strerror or e}"
-    with os.fdopen(fd, "rb") as fh:
+        return None, str(e) if isinstance(e, NotARegularFile) else f"{path} cannot be opened: {e.strerror or e}"
+    return os.fdopen(fd, "rb"), size
+
+
+def elf_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a complete ELF shared object, or None when its headers, program headers,
+    loaded segments and section headers all lie inside the file. Reads a few KB; never loads it."""
+    fh, size = _opened(path)
+    if fh is None:
+        return size
+    with fh:
         ident = fh.read(64)
         if ident[:4] != b"\x7fELF":
             return f"{path} is not a shared object (an ELF file starts with 7f 45 4c 46, this one with {ident[:4].hex(' ') or 'nothing'})"
@@ -104,4 +115,26 @@ def elf_problem(path: str) -> str | None:
     if needed > size:
         return (f"{path} is truncated: it has {size} bytes, but its ELF headers describe {needed} "
                 "(an interrupted copy, download or install)")
+    return None
+
+
+# The first bytes of a shared library where it is not ELF: Mach-O 64-bit (either byte order), PE ("MZ").
+_MAGIC = {"darwin": (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf"), "win32": (b"MZ",)}
+
+
+def library_file_problem(path: str, platform: str = sys.platform) -> str | None:
+    """Why ``path`` cannot be this platform's shared library, or None: ``elf_problem`` (every check) on
+    ELF platforms; on macOS and Windows a regular file that starts with the Mach-O or PE magic (their
+    headers are not checked further)."""
+    magic = _MAGIC.get(platform)
+    if magic is None:
+        return elf_problem(path)
+    fh, size = _opened(path)
+    if fh is None:
+        return size
+    with fh:
+        head = fh.read(4)
+    if not any(head.startswith(m) for m in magic):
+        kind = "a Mach-O" if platform == "darwin" else "a PE (DLL)"
+        return f"{path} is not {kind} shared object (it starts with {head.hex(' ') or 'nothing'}, {size} bytes)"
     return None

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 
-from .files import elf_problem, find_in_file, read_regular
+from .files import find_in_file, library_file_problem, read_regular
 from .records import CUDATOOLKIT, GPU, Facts, parse_version
 
 # A conda-meta record lists a package's files: a few MB for the largest packages.
@@ -234,7 +234,7 @@ def gather_facts() -> Facts:
         f.library_error = "not loaded: torch cannot be imported"
     f.library_exists = bool(f.library_path) and os.path.exists(f.library_path)
     if f.library_exists:
-        f.library_file_problem = elf_problem(f.library_path)
+        f.library_file_problem = library_file_problem(f.library_path)
     if f.build_info is None and f.library_exists:
         f.build_info = read_build_info_from_file(f.library_path)
         f.build_info_source = "file" if f.build_info else None
