@@ -264,7 +264,7 @@ template <typename T, bool M> struct Extremum<ExtremeValueOp<T, M>> {
 // known_nan: the caller saw a NaN in these rows (the exact loop at once).
 template <class Op, class Load>
 inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64_t elem0, int64_t F, int64_t fn,
-                                 int64_t pos0, int64_t count, bool known_nan = false) {
+                                 int64_t pos0, int64_t count, [[maybe_unused]] bool known_nan = false) {
   using E = Extremum<Op>;
   using A = typename E::A;
   using L = Lanes<A>;
@@ -357,11 +357,12 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
 
 // Min/max with arg of float features in whole rows: 16, 32 or 64 features (NV = 2, 4, 8 vectors) walked
 // row by row over rows [0, count <= kMaxRows16), with the rows as int16 lanes: one comparison mask per
-// pair of value vectors narrows into one vector of row numbers: values and rows of 64 features take 12
-// of the 16 AVX2 registers (the row vectors spill at 64, a load and a store per row each). (Blocks of 32 features walked each piece twice, half a row at a time: that
-// access pattern, not the instruction count, kept max at 1.4x sum's time; a sum walked the same way
-// took as long.) The comparison is strict, so a NaN is never taken: NaNs are only noted, and a block
-// that holds one returns false without writing st, for the exact loop of extremum_piece_lanes.
+// pair of value vectors narrows into one vector of row numbers, so values and rows of 64 features take
+// 12 of the 16 AVX2 registers (at 64 the row vectors still spill: a load and a store per row each).
+// Blocks of 32 features walked each piece twice, half a row at a time; that access pattern, not the
+// instruction count, kept max well behind sum (docs/design.md). The comparison is strict, so a NaN is
+// never taken: NaNs are only noted, and a block that holds one returns false without writing st, for
+// the exact loop of extremum_piece_lanes. Needs the vector extensions (SEGOPS_VECTOR_EXT).
 constexpr int64_t kMaxRows16 = 32767;
 
 template <class Op> struct ArgExtremumF32 : std::false_type {};
@@ -369,8 +370,9 @@ template <bool M> struct ArgExtremumF32<ArgExtremumOp<float, M>> : std::true_typ
   static constexpr bool kIsMax = M;
 };
 
-using RowLanes16 = int16_t __attribute__((vector_size(32)));
-using MaskLanes32 = int32_t __attribute__((vector_size(32)));
+#if SEGOPS_VECTOR_EXT
+SEGOPS_VECTOR_TYPE(RowLanes16, int16_t, 32);
+SEGOPS_VECTOR_TYPE(MaskLanes32, int32_t, 32);
 
 // The masks of two vectors of 8 floats as one of 16 int16 lanes: lanes [0, 4) and [8, 12) from a,
 // [4, 8) and [12, 16) from b (the order of AVX2's 128-bit-lane pack; row_lane names it). Vectors by
@@ -445,11 +447,13 @@ template <class Op, int NV, class Load>
   }
   return true;
 }
+#endif
 
 template <class Op, class Load>
 [[gnu::noinline]] void extremum_piece(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
                                       int64_t fn, int64_t pos0, int64_t count) {
-  if constexpr (ArgExtremumF32<Op>::value) {
+  if constexpr (SEGOPS_VECTOR_EXT && ArgExtremumF32<Op>::value) {
+#if SEGOPS_VECTOR_EXT
     if (count <= kMaxRows16) {
       for_feature_blocks<64>(fn, [&](auto B, int64_t f0) {
         if constexpr (B >= 16) {
@@ -459,6 +463,7 @@ template <class Op, class Load>
       });
       return;
     }
+#endif
   }
   extremum_piece_lanes<Op>(st, load, elem0, F, fn, pos0, count);
 }
