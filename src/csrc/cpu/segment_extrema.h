@@ -82,24 +82,33 @@ template <bool kIsMax, typename T>
   return bits;
 }
 
-// First row in [0, n >= 1) of x holding its extreme (the first NaN row where there is one).
-template <bool kIsMax, typename T>
-[[gnu::always_inline]] inline int64_t first_extreme_row(const T* x, int64_t n, int64_t readable) {
+// First row in [0, n >= 1) of x holding its extreme (the first NaN row where there is one). kNoteNans:
+// NaN is not looked for, *nans gets all-ones lanes where the rows hold one (the result is then
+// meaningless, and the caller redoes the segment without kNoteNans).
+template <bool kIsMax, bool kNoteNans = false, typename T>
+[[gnu::always_inline]] inline int64_t first_extreme_row(const T* x, int64_t n, int64_t readable,
+                                                       [[maybe_unused]] __m256* nans = nullptr) {
   __m256 v[4];
   uint32_t valid;
   float best = block_extreme<kIsMax>(x, n, readable, v, valid);
   int64_t best_block = 0;
-  const __m256 nan_any = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(v[0], v[0], _CMP_UNORD_Q), _mm256_cmp_ps(v[1], v[1], _CMP_UNORD_Q)),
-                                      _mm256_or_ps(_mm256_cmp_ps(v[2], v[2], _CMP_UNORD_Q), _mm256_cmp_ps(v[3], v[3], _CMP_UNORD_Q)));
-  if (SEGOPS_UNLIKELY(_mm256_movemask_ps(nan_any) != 0)) {  // a NaN in the first 32 rows (rows past n are not NaN)
-    return lowest_bit(nan_bits(v) & valid);
+  auto note = [&](const __m256* w) {  // rows past n hold the worst value, never NaN
+    *nans = _mm256_or_ps(*nans, _mm256_or_ps(_mm256_cmp_ps(w[0], w[1], _CMP_UNORD_Q), _mm256_cmp_ps(w[2], w[3], _CMP_UNORD_Q)));
+  };
+  if constexpr (kNoteNans) {
+    note(v);
+  } else if (const uint32_t found = nan_bits(v) & valid; SEGOPS_UNLIKELY(found != 0)) {
+    return lowest_bit(found);  // a NaN in the first 32 rows
   }
   for (int64_t b = 32; b < n; b += 32) {  // longer segments: the block holding the first extreme
     __m256 w[4];
     uint32_t w_valid;
     const float e = block_extreme<kIsMax>(x + b, n - b, readable - b, w, w_valid);
-    const uint32_t nans = nan_bits(w) & w_valid;
-    if (nans != 0) return b + lowest_bit(nans);
+    if constexpr (kNoteNans) {
+      note(w);
+    } else if (const uint32_t found = nan_bits(w) & w_valid; found != 0) {
+      return b + lowest_bit(found);
+    }
     if (kIsMax ? e > best : e < best) best = e, best_block = b;
   }
   if (best_block != 0) block_extreme<kIsMax>(x + best_block, n - best_block, readable - best_block, v, valid);
@@ -108,18 +117,25 @@ template <bool kIsMax, typename T>
 
 // Min/max with arg of whole segments [s, s_end) of one feature: segment k's rows are the elements
 // [elem_base + p[k], elem_base + p[k + 1]). emit(k, row) receives each non-empty segment's arg row
-// (relative to p[k]); emit_empty(k) each empty one.
+// (relative to p[k]); emit_empty(k) each empty one. NaN is only noted on the way (two comparisons per
+// 32 rows instead of a test and a branch per segment); if any was seen, the segments are all done
+// again with the NaN rule (emit overwrites).
 template <bool kIsMax, class Load, class Emit, class EmitEmpty>
 inline void arg_extrema_segments_f1(const Load& load, const int64_t* p, int64_t s, int64_t s_end, int64_t elem_base,
                                     const Emit& emit, const EmitEmpty& emit_empty) {
-  for (; s < s_end; ++s) {
-    const int64_t e = elem_base + p[s], n = p[s + 1] - p[s];
-    if (n == 0) {
-      emit_empty(s);
-      continue;
+  __m256 nans = _mm256_setzero_ps();
+  auto run = [&](auto note_nans) {
+    for (int64_t k = s; k < s_end; ++k) {
+      const int64_t e = elem_base + p[k], n = p[k + 1] - p[k];
+      if (n == 0) {
+        emit_empty(k);
+        continue;
+      }
+      emit(k, first_extreme_row<kIsMax, decltype(note_nans)::value>(load.x + e, n, load.n - e, &nans));
     }
-    emit(s, first_extreme_row<kIsMax>(load.x + e, n, load.n - e));
-  }
+  };
+  run(std::true_type{});
+  if (SEGOPS_UNLIKELY(_mm256_movemask_ps(nans) != 0)) run(std::false_type{});
 }
 #endif
 
