@@ -78,11 +78,14 @@ def variant_config(extra: list[Path] = (), platform: str = "linux-64"):
     return vc
 
 
-def render(extra_variants: list[Path] = (), platform: str = "linux-64", recipe: Path = RECIPE):
-    """Every variant of the recipe for one platform (skipped ones are left out by rattler-build)."""
+def render(extra_variants: list[Path] = (), platform: str = "linux-64", recipe: Path = RECIPE,
+           build_platform: str | None = None):
+    """Every variant of the recipe for one platform (skipped ones are left out by rattler-build);
+    build_platform: where the build runs when cross-compiling (default: the platform itself)."""
     from rattler_build import PlatformConfig, RenderConfig, Stage0Recipe
     vc = variant_config(list(extra_variants), platform)
-    return Stage0Recipe.from_file(recipe).render(vc, RenderConfig(platform=PlatformConfig(target_platform=platform)))
+    pc = PlatformConfig(target_platform=platform, build_platform=build_platform or platform)
+    return Stage0Recipe.from_file(recipe).render(vc, RenderConfig(platform=pc))
 
 
 def select(variants, name: str):
