@@ -271,11 +271,10 @@ def cuda_compile_command(build_dir: str) -> list[str]:
     return shlex.split(cmd)
 
 
-def compile_like_the_build(build_dir: str, source: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """Compiles `source` (a .cu file) with the build's flags for segment_cuda.cu, leaving out the flags in
-    `drop`, into an object next to it."""
+def build_flags(build_dir: str, drop) -> tuple[str, list[str]]:
+    """(nvcc, flags) of the build's segment_cuda.cu command without its source, output, dependency file
+    and every flag for which drop(flag) is true."""
     cmd = cuda_compile_command(build_dir)
-    out = source + ".o"
     args, skip = [], False
     for a in cmd[1:]:
         if skip:
@@ -284,10 +283,17 @@ def compile_like_the_build(build_dir: str, source: str, drop: tuple[str, ...] = 
         if a in ("-o", "-MF"):
             skip = True
             continue
-        if a in ("-MD", "-c") or a.endswith("segment_cuda.cu") or a in drop:
+        if a in ("-MD", "-c") or a.endswith("segment_cuda.cu") or drop(a):
             continue
         args.append(a)
-    return subprocess.run([cmd[0], *args, "-c", source, "-o", out], capture_output=True, text=True,
+    return cmd[0], args
+
+
+def compile_like_the_build(build_dir: str, source: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Compiles `source` (a .cu file) with the build's flags for segment_cuda.cu, leaving out the flags in
+    `drop`, into an object next to it."""
+    nvcc, args = build_flags(build_dir, lambda a: a in drop)
+    return subprocess.run([nvcc, *args, "-c", source, "-o", source + ".o"], capture_output=True, text=True,
                           cwd=build_dir)
 
 
@@ -340,20 +346,9 @@ def oldest_nvcc12_arch(path: str = ARCH_TABLE) -> int | None:
 
 def ptx_like_the_build(build_dir: str, source: str, out: str, arch: int = 75) -> subprocess.CompletedProcess:
     """PTX of `source` for compute_<arch> with the build's flags (its --generate-code and output dropped)."""
-    cmd = cuda_compile_command(build_dir)
-    args, skip = [], False
-    for a in cmd[1:]:
-        if skip:
-            skip = False
-            continue
-        if a in ("-o", "-MF"):
-            skip = True
-            continue
-        if a in ("-MD", "-c", "--resource-usage") or a.endswith(".cu") or a.startswith("--generate-code") \
-                or a.startswith("--compress-mode") or a.startswith("--threads"):
-            continue
-        args.append(a)
-    return subprocess.run([cmd[0], *args, f"-arch=compute_{arch}", "-ptx", source, "-o", out],
+    nvcc, args = build_flags(build_dir, lambda a: a == "--resource-usage" or a.startswith(
+        ("--generate-code", "--compress-mode", "--threads")))
+    return subprocess.run([nvcc, *args, f"-arch=compute_{arch}", "-ptx", source, "-o", out],
                           capture_output=True, text=True, cwd=build_dir)
 
 
