@@ -121,6 +121,71 @@ def test_a_planted_host_only_call_fails_the_build(built, tmp_path):
         lax.stderr[-3000:]
 
 
+PLANTED_SM70_ONLY = """
+__global__ void planted_nap(unsigned ns) { __nanosleep(ns); }  // nanosleep: sm_70 and newer
+"""
+
+
+def _ptxas12():
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        pytest.skip("the ptxas 12.9 of PyPI's nvidia-cuda-nvcc-cu12 wheel is a linux-x86_64 binary")
+    try:
+        return os.path.join(ccb.nvcc12_wheel_dir(), "nvidia/cuda_nvcc/bin/ptxas")
+    except RuntimeError as e:
+        pytest.skip(f"no ptxas 12.9 for the pre-Turing check: {e}")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("source", ["segment_cuda.cu", "coo_cuda.cu"])
+def test_kernels_assemble_for_the_oldest_nvcc12_arch(built, tmp_path, source):
+    """The nvcc 12 rows ship SASS down to sm_50, which nvcc 13 cannot build and no nvcc 12 here can
+    (data/compat.yaml): the PTX of each CUDA source (nvcc 13, compute_75, the build's flags) must assemble
+    for the oldest of those archs with ptxas 12.9, warnings as errors."""
+    oldest = ccb.oldest_nvcc12_arch()
+    assert oldest is not None and oldest < 75, oldest
+    ptxas = _ptxas12()
+    ptx, cubin = tmp_path / f"{source}.ptx", tmp_path / f"{source}.sm_{oldest}.cubin"
+    cp = ccb.ptx_like_the_build(os.path.dirname(built.library), os.path.join(REPO, "src", "csrc", "cuda", source),
+                                str(ptx))
+    assert cp.returncode == 0 and "warning" not in cp.stderr.lower(), cp.stderr[-3000:]
+    res = ccb.assemble_old_arch(ptxas, str(ptx), oldest, str(cubin))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert cubin.read_bytes()[:4] == b"\x7fELF"
+
+
+@needs_nvcc
+def test_an_sm70_instruction_fails_the_old_arch_check(built, tmp_path):
+    """The control: __nanosleep (sm_70+) assembles for sm_70 and is refused for sm_60."""
+    ptxas = _ptxas12()
+    planted = tmp_path / "planted_nap.cu"
+    planted.write_text(PLANTED_SM70_ONLY)
+    cp = ccb.ptx_like_the_build(os.path.dirname(built.library), str(planted), str(tmp_path / "nap.ptx"))
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    assert ccb.assemble_old_arch(ptxas, str(tmp_path / "nap.ptx"), 70, str(tmp_path / "nap70")).returncode == 0
+    bad = ccb.assemble_old_arch(ptxas, str(tmp_path / "nap.ptx"), 60, str(tmp_path / "nap60"))
+    assert bad.returncode != 0 and "nanosleep" in bad.stderr, bad.stderr
+
+
+def test_sources_do_not_branch_on_the_arch_number():
+    """The old-arch check above sees the code that __CUDA_ARCH__ == 750 compiles; a branch on the arch
+    number would hide from it what sm_50/60/70 compile."""
+    found = []
+    for root, _, files in os.walk(os.path.join(REPO, "src", "csrc")):
+        for f in files:
+            with open(os.path.join(root, f), errors="replace") as fh:
+                for n, line in enumerate(fh, 1):
+                    if re.search(r"__CUDA_ARCH__\s*[<>=!]|__CUDA_ARCH_LIST__|__CUDA_ARCH_(SPECIFIC|FAMILY_SPECIFIC)__", line):
+                        found.append(f"{f}:{n}: {line.strip()}")
+    assert not found, found
+
+
+def test_retarget_ptx():
+    text = "//\n.version 9.0\n.target sm_75\n.address_size 64\n"
+    assert ccb.retarget_ptx(text, 50, "8.8") == "//\n.version 8.8\n.target sm_50\n.address_size 64\n"
+    with pytest.raises(ValueError, match="not a PTX module"):
+        ccb.retarget_ptx("int main() {}\n", 50, "8.8")
+
+
 @needs_nvcc
 def test_ptxas_resources_per_kernel(built):
     """ptxas's numbers for every kernel and architecture (registers, stack frame, spills, shared memory) are
@@ -244,7 +309,8 @@ def test_arch_table_is_well_formed():
         assert all(re.match(r"^\d+-(real|virtual)$", a) for a in entries), archs
         assert nums == sorted(nums), f"{min_v}: not sorted"
         assert entries[-1] == f"{max(nums)}-virtual", f"{min_v}: PTX for the newest arch must come last"
-        assert min(nums) == 75, f"{min_v}: Turing (sm_75) is the oldest supported GPU"
+        # pytorch's oldest SASS per CUDA major (data/compat.yaml): Maxwell for 12.x, Turing for 13.x
+        assert min(nums) == (75 if ccb._vkey(min_v) >= (13, 0) else 50), f"{min_v}: oldest arch {min(nums)}"
         if ccb._vkey(min_v) >= (13, 0):
             assert 101 not in nums, "CUDA 13 renamed sm_101 to sm_110"
     assert ccb.default_archs("11.8") is None

@@ -104,6 +104,10 @@ def test_parse_arch_rejects_lists_it_cannot_judge(entry):
         ((12, 0), ["75-real", "80-real", "90-virtual"], "ptx", "90"),  # newer GPU: JIT from the newest PTX
         ((11, 0), ["100-real", "120-virtual"], "none", None),
         ((9, 0), ["100a-virtual", "80-real"], "none", None),  # arch-specific PTX is not portable
+        ((8, 7), ["80-real", "86-real", "90-virtual"], "none", None),  # Jetson Orin: Tegra SASS is exact-cc only
+        ((8, 7), ["86-real", "87-real"], "sass", "87"),
+        ((8, 7), ["80-real", "86"], "ptx", "86"),
+        ((8, 9), ["87-real"], "none", None),  # Orin's SASS does not run on a discrete 8.9
     ],
 )
 def test_arch_support(cc, archs, kind, via):

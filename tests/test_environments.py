@@ -9,12 +9,12 @@ The CUDA 13.0 checks use the local toolkit (/usr/local/cuda or $CUDA_HOME) when 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,13 +22,18 @@ import pytest
 
 from doctor_module import load_doctor
 
+_spec = importlib.util.spec_from_file_location("check_cuda_build", Path(__file__).resolve().parents[1] / "tools" / "check_cuda_build.py")
+ccb = sys.modules.get("check_cuda_build") or importlib.util.module_from_spec(_spec)
+if "check_cuda_build" not in sys.modules:
+    sys.modules["check_cuda_build"] = ccb
+    _spec.loader.exec_module(ccb)
+
 yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read environments/*.yml and data/compat.yaml")
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_DIR = ROOT / "environments"
 COMPAT = ROOT / "data" / "compat.yaml"
 CBC = ROOT / "conda_build_config.yaml"
-NVCC129_WHEEL = "nvidia-cuda-nvcc-cu12==12.9.86"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -400,31 +405,12 @@ def test_cuda_13_0_toolkit_matches_table():
     assert {int(a.split("_")[1]) for a in listed} == set(row["archs"])
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("TORCH_SEGOPS_CACHE_DIR") or Path.home() / ".cache" / "torch-segops")
-
-
 def _nvcc_12_9() -> Path:
-    """Unpack host_config.h and ptxas of the CUDA 12.9 nvcc wheel (downloaded once) into the cache."""
-    dest = _cache_dir() / "nvcc-12.9.86"
-    host_config, ptxas = dest / "nvidia/cuda_nvcc/include/crt/host_config.h", dest / "nvidia/cuda_nvcc/bin/ptxas"
-    if host_config.exists() and ptxas.exists():
-        return dest
-    wheels = _cache_dir() / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    if not list(wheels.glob("nvidia_cuda_nvcc_cu12-12.9.86-*.whl")):
-        r = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(wheels), NVCC129_WHEEL],
-            capture_output=True, text=True, timeout=600,
-        )
-        if r.returncode != 0:
-            pytest.skip(f"could not download {NVCC129_WHEEL} to check the CUDA 12.9 row: {r.stderr.strip().splitlines()[-1:]}")
-    whl = next(wheels.glob("nvidia_cuda_nvcc_cu12-12.9.86-*.whl"))
-    with zipfile.ZipFile(whl) as z:
-        for member in (host_config, ptxas):
-            z.extract(str(member.relative_to(dest)), dest)
-    ptxas.chmod(0o755)
-    return dest
+    """host_config.h and ptxas of the CUDA 12.9 nvcc wheel (downloaded once) in the cache."""
+    try:
+        return Path(ccb.nvcc12_wheel_dir())
+    except RuntimeError as e:
+        pytest.skip(f"{e}: the CUDA 12.9 row is not checked")
 
 
 def test_cuda_12_9_toolkit_matches_table():
@@ -442,3 +428,92 @@ def test_host_config_parser_reads_the_gate():
     assert host_config_max_gcc(text) == 14
     with pytest.raises(AssertionError):
         host_config_max_gcc("#if __clang_major__ >= 21\n#error -- unsupported clang version!\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# cmake/cuda_architectures.txt (the single list) against conda-forge's pytorch, the doctor and the docs
+# ------------------------------------------------------------------------------------------------
+GENERATION_CC = {"Maxwell": (5, 0), "Pascal": (6, 0), "Volta": (7, 0), "Turing": (7, 5), "Ampere": (8, 0),
+                 "Ada": (8, 9), "Hopper": (9, 0), "Blackwell": (10, 0)}
+
+
+def arch_row(cuda: str) -> list[str]:
+    row = ccb.default_archs(cuda)
+    assert row, f"cmake/cuda_architectures.txt has no row for nvcc {cuda}"
+    return row.split(";")
+
+
+def sass_of(row: list[str]) -> list[int]:
+    return [int(a.split("-")[0]) for a in row if a.endswith("-real")]
+
+
+def test_arch_rows_run_wherever_conda_forge_pytorch_runs():
+    """Every GPU (each cc the toolkit knows) that conda-forge's pytorch build runs natively runs our SASS
+    too, and every GPU it reaches by PTX JIT we reach by SASS or PTX."""
+    doctor = load_doctor()
+    table = compat()["pytorch_conda_forge_archs"]
+    assert table["source"].strip() and table["nvcc12_here"].strip()
+    for build in table["builds"]:
+        ours = arch_row(build["cuda"])
+        theirs = [f"{s}-real" for s in build["sass"]] + [f"{p}-virtual" for p in build["ptx"]]
+        for cc in build.get("runs_on") or cuda_row(build["cuda"])["archs"]:
+            gpu = (cc // 10, cc % 10)
+            want, _ = doctor.arch_support(gpu, theirs)
+            got, _ = doctor.arch_support(gpu, ours)
+            if want == "sass":
+                assert got == "sass", f"CUDA {build['cuda']} {build['platforms']}: pytorch has SASS for sm_{cc}, we have {got}"
+            elif want == "ptx":
+                assert got in ("sass", "ptx"), f"CUDA {build['cuda']}: pytorch runs on sm_{cc} by PTX, we do not"
+
+
+def test_doctor_oldest_arch_is_the_rows_oldest():
+    doctor = load_doctor()
+    for r in compat()["cuda"]:
+        major = int(r["version"].split(".")[0])
+        assert doctor.OLDEST_ARCH[major] == min(sass_of(arch_row(r["version"]))), f"CUDA {r['version']}"
+
+
+def test_docs_cuda_table_repeats_the_rows():
+    text = (ROOT / "docs" / "cuda.md").read_text()
+    table = re.findall(r"^\| [\d.]+(?: - [\d.]+|\.x) \| `([^`]+)` \|$", text, re.M)
+    assert table == [archs for _, archs in ccb.arch_table()], "docs/cuda.md's table differs from cmake/cuda_architectures.txt"
+
+
+def test_readme_lists_each_packages_architectures():
+    readme = (ROOT / "README.md").read_text()
+    for cuda in ("12.9", "13.0"):
+        tag = "cuda" + cuda.replace(".", "")
+        m = re.search(rf"^\| `{tag}` \(nvcc {re.escape(cuda)}\) \| ([^|]+) \| ([^|]+) \|", readme, re.M)
+        assert m, f"README.md has no architecture row for {tag}"
+        row = arch_row(cuda)
+        assert [int(x) for x in re.findall(r"sm_(\d+)", m.group(1))] == sass_of(row), f"README.md {tag} SASS"
+        assert [int(x) for x in re.findall(r"compute_(\d+)", m.group(2))] == \
+            [int(a.split("-")[0]) for a in row if a.endswith("-virtual")], f"README.md {tag} PTX"
+
+
+def _gpus_named(text: str) -> list[tuple[int, int]]:
+    """The GPUs a sentence promises: generation names and sm_NN (sm_5x-style families are skipped)."""
+    gens = [GENERATION_CC[g] for g in re.findall(r"\b(" + "|".join(GENERATION_CC) + r")\b", text)]
+    return gens + [(int(n) // 10, int(n) % 10) for n in re.findall(r"\bsm_(\d{2,3})\b", text)]
+
+
+def test_environment_files_and_docs_promise_only_shipped_archs():
+    """Each GPU that the environment files' headers, README's and docs/environments.md's environment tables
+    name for a CUDA version runs the SASS of that version's row (the doctor's rule)."""
+    doctor = load_doctor()
+    claims = []
+    for cuda in ("12.9", "13.0"):
+        lines = (ENV_DIR / f"cuda-{cuda}.yml").read_text().splitlines()
+        header = " ".join(line.lstrip("# ") for line in lines[:2])
+        m = re.search(r"from \w+ \(sm_(\d+)\) to", header)
+        assert m and int(m.group(1)) == min(sass_of(arch_row(cuda))), f"cuda-{cuda}.yml: {header}"
+        claims.append((cuda, f"cuda-{cuda}.yml header", header.split(". ")[0]))
+        for doc in ("README.md", "docs/environments.md"):
+            for line in (ROOT / doc).read_text().splitlines():
+                if line.startswith("|") and f"cuda-{cuda}.yml" in line:
+                    claims.append((cuda, doc, line))
+    assert len(claims) >= 6, claims
+    for cuda, where, text in claims:
+        for gpu in _gpus_named(text):
+            got, _ = doctor.arch_support(gpu, arch_row(cuda))
+            assert got == "sass", f"{where} names sm_{gpu[0]}{gpu[1]} for CUDA {cuda}; the package has {got}: {text}"

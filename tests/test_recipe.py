@@ -219,12 +219,12 @@ def test_shipped_recipe_has_no_offline_settings():
 # meta.yaml, evaluated like conda-build does, against recipe.yaml
 # ---------------------------------------------------------------------------------------------
 
-def selector_namespace(platform: str, variant: dict) -> dict:
+def selector_namespace(platform: str, variant: dict, build_platform: str | None = None) -> dict:
     os_, arch = platform.split("-")
     ns = {"linux": os_ == "linux", "osx": os_ == "osx", "win": os_ == "win", "unix": os_ != "win",
           "x86_64": arch == "64", "aarch64": arch == "aarch64", "arm64": arch == "arm64", "linux64": platform == "linux-64",
           "win64": platform == "win-64",
-          "target_platform": platform, "build_platform": platform, "environ": {}}
+          "target_platform": platform, "build_platform": build_platform or platform, "environ": {}}
     ns.update(variant)
     return ns
 
@@ -244,7 +244,7 @@ def eval_selectors(text: str, ns: dict) -> str:
 
 def render_meta(platform: str, variant: dict, pkg_hash: str, environ: dict | None = None,
                 build_platform: str | None = None) -> dict:
-    ns = selector_namespace(platform, variant)
+    ns = selector_namespace(platform, variant, build_platform)
     ns["environ"] = environ or {}
     ns["build_platform"] = build_platform or platform
 
@@ -466,3 +466,58 @@ def test_cuda129_offline_says_what_is_missing():
     for piece in ("PyPI has no CUDA 12.9 build of torch", "no nvcc, cicc or fatbinary",
                   "--variant cuda129 --conda-forge", "cuda_compiler_version=12.9 -c conda-forge"):
         assert piece in msg, msg
+
+
+# ---------------------------------------------------------------------------------------------
+# the feedstock: conda-forge.yml and the jobs a rerender emits
+# ---------------------------------------------------------------------------------------------
+FORGE_YML = REPO / "conda-forge.yml"
+# conda-smithy's defaults for the keys below (conda_smithy/configure_feedstock.py): every platform is
+# built on itself; only linux_64, osx_64 and win_64 have a CI provider unless conda-forge.yml names one.
+SMITHY_PROVIDER_DEFAULT = {"linux_64": "default", "osx_64": "default", "win_64": "default",
+                           "linux_aarch64": None, "linux_ppc64le": None, "osx_arm64": None}
+
+
+def smithy_linux_jobs(cfg: dict) -> dict[str, str]:
+    """{target subdir: build subdir} of the linux jobs a rerender emits (conda-smithy's
+    _get_platforms_of_provider): a platform gets jobs when the platform it is built on has a provider."""
+    provider = {**SMITHY_PROVIDER_DEFAULT, **(cfg.get("provider") or {})}
+    build_on = {p: p for p in provider} | (cfg.get("build_platform") or {})
+    jobs = {}
+    for target, build in build_on.items():
+        if target.startswith("linux_") and provider.get(build) is not None:
+            jobs[target.replace("_", "-")] = build.replace("_", "-")
+    return jobs
+
+
+def test_smithy_job_rule():
+    assert smithy_linux_jobs({}) == {"linux-64": "linux-64"}  # what the issue saw: linux_64 only
+    assert smithy_linux_jobs({"provider": {"linux_aarch64": "default"}}) == {"linux-64": "linux-64",
+                                                                            "linux-aarch64": "linux-aarch64"}
+    assert smithy_linux_jobs({"build_platform": {"linux_aarch64": "linux_64"}})["linux-aarch64"] == "linux-64"
+
+
+def test_feedstock_config_emits_linux_aarch64_jobs():
+    """conda-forge.yml gives linux-aarch64 jobs, cross-compiled on linux-64 as conda-forge's pytorch is,
+    and every job renders with rattler-build into the variants pytorch has on that platform."""
+    cfg = yaml.safe_load(FORGE_YML.read_text())
+    assert cfg["conda_build_tool"] == "rattler-build" and cfg.get("recipe_dir", "recipe") == "recipe"
+    assert cfg["test"] == "native_and_emulated"  # the aarch64 tests run under emulation
+    jobs = smithy_linux_jobs(cfg)
+    assert jobs == {"linux-64": "linux-64", "linux-aarch64": "linux-64"}, jobs
+    compat = yaml.safe_load((REPO / "data" / "compat.yaml").read_text())["pytorch_conda_forge_platforms"]
+    assert compat["source"].strip()
+    assert {k.replace("_", "-"): v.replace("_", "-") for k, v in compat["build_platform"].items()} == \
+        {k: v for k, v in jobs.items() if k != "linux-64"}
+    for target, build in jobs.items():
+        variants = {ct.variant_name(v.variant): v for v in ct.render(platform=target, build_platform=build)}
+        assert sorted(variants) == VARIANTS, (target, sorted(variants))
+        cudas = {v.variant["cuda_compiler_version"] for v in variants.values()} - {"None"}
+        assert cudas == set(compat["cuda"][target]), (target, cudas)
+        for name, v in variants.items():
+            build_reqs = reqs(v, "build")
+            assert [s for s in build_reqs if s.startswith("gxx_")] == [f"gxx_{target} {v.variant['cxx_compiler_version']}.*"]
+            cross = [s for s in build_reqs if s.startswith(("python", "cross-python"))]
+            assert cross == ([] if build == target else ["python", f"cross-python_{target}"]), (target, name, cross)
+            meta = render_meta(target, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash, build_platform=build)
+            assert [norm(s) for s in meta["requirements"]["build"]] == [norm(s) for s in build_reqs], (target, name)

@@ -529,6 +529,25 @@ def wheel_torch_version(whl: Path) -> tuple[str, str | None]:
     return (version.group(1) if version else "?"), (next(g for g in cuda.groups() if g) if cuda else None)
 
 
+def resolution_wheels(pip_output: str, dest: Path) -> list[Path]:
+    """The wheels that one `pip download --dest dest` run resolved to, read from its output ("Saved
+    <file>" / "File was already downloaded <file>"): one file per project, each present in dest."""
+    names = re.findall(r"^(?:Saved|File was already downloaded) (\S+\.whl)\s*$", pip_output, re.M)
+    if not names:
+        raise ChannelError(f"pip download named no wheel it saved or found in {dest}:\n{pip_output[-2000:]}")
+    wheels, projects = [], {}
+    for name in dict.fromkeys(Path(n).name for n in names):
+        path = dest / name
+        if not path.is_file():
+            raise ChannelError(f"pip download reported {name}, which is not in {dest}")
+        project = re.sub(r"[-_.]+", "_", name.split("-")[0].lower())
+        if project in projects:
+            raise ChannelError(f"one pip resolution named two wheels of {project}: {projects[project]}, {name}")
+        projects[project] = name
+        wheels.append(path)
+    return sorted(wheels)
+
+
 def download_cuda_wheels(cuda: str) -> list[Path]:
     """PyPI's CUDA torch wheel and its whole dependency closure, into a cache folder that is kept
     (pip's own HTTP cache keeps none of these: the index sends no cache headers). Files already there
@@ -546,8 +565,10 @@ def download_cuda_wheels(cuda: str) -> list[Path]:
     t0 = time.time()
     res = run([sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest),
                "--progress-bar", "off", spec], env=pypi_only_env())
-    wanted = {re.sub(r"[-_.]+", "_", m.lower()) for m in re.findall(r"(?:Saved|File was already downloaded) \S*/([^/\s]+?)-\d", res.stdout)}
-    wheels = sorted(w for w in dest.glob("*.whl") if re.sub(r"[-_.]+", "_", w.name.split("-")[0].lower()) in wanted)
+    # exactly the files of this resolution: the folder may hold older ones (an earlier resolution)
+    wheels = resolution_wheels(res.stdout, dest)
+    manifest = dest / f"resolution-{re.sub(r'[^A-Za-z0-9.]+', '_', spec)}.json"
+    manifest.write_text(json.dumps({"spec": spec, "wheels": [w.name for w in wheels]}, indent=1) + "\n")
     torch_whl = [w for w in wheels if w.name.startswith("torch-")]
     if len(torch_whl) != 1:
         raise ChannelError(f"pip download {spec} left {len(torch_whl)} torch wheels in {dest}:\n{res.stdout[-2000:]}")

@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# Integrated (Tegra/Jetson) GPUs: SASS runs there only when built for exactly that cc, and their SASS
+# runs on no other GPU (CUDA C++ Programming Guide, "Binary Compatibility").
+TEGRA = {(5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)}
+
 
 @dataclass(frozen=True)
 class ArchEntry:
@@ -33,14 +37,14 @@ def arch_support(capability: tuple[int, int], archs: list[str]) -> tuple[str, Ar
     """How a binary with these CMake arch entries runs on a GPU of this compute capability.
 
     Returns ("sass", entry) when there is machine code the GPU runs directly (same major, minor not
-    above the GPU's; an "a" entry only on its exact cc), ("ptx", entry) when only PTX of a lower or
+    above the GPU's; an "a" entry, or a Tegra GPU or entry, only on its exact cc), ("ptx", entry) when only PTX of a lower or
     equal cc can be JIT-compiled by the driver, ("none", None) otherwise.
     """
     major, minor = capability
     entries = [e for e in (parse_arch(a) for a in archs) if e is not None]
 
     def sass_ok(e: ArchEntry) -> bool:
-        if e.suffix == "a":
+        if e.suffix == "a" or (major, minor) in TEGRA or (e.major, e.minor) in TEGRA:
             return (e.major, e.minor) == (major, minor)
         return e.major == major and e.minor <= minor
 
