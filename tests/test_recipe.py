@@ -168,7 +168,7 @@ def test_cross_build_adds_cross_python():
     cross-python_osx-arm64 into the build environment (CMake finds the host's torch through it); a
     native build has neither."""
     cfg = yaml.safe_load((REPO / "conda-forge.yml").read_text())
-    assert cfg["build_platform"] == {"osx_arm64": "osx_64"} and cfg["test"] == "native_and_emulated"
+    assert cfg["build_platform"]["osx_arm64"] == "osx_64" and cfg["test"] == "native_and_emulated"
     cross = {ct.variant_name(v.variant): v for v in ct.render(platform="osx-arm64", build_platform="osx-64")}["cpu"]
     build = reqs(cross, "build")
     assert by_name(build, "python") == ["python"] and by_name(build, "cross-python_osx-arm64") == ["cross-python_osx-arm64"]
