@@ -8,7 +8,6 @@ The end-to-end build is in test_recipe_e2e.py.
 from __future__ import annotations
 
 import re
-import sys
 import tomllib
 from pathlib import Path
 
@@ -16,9 +15,9 @@ import jinja2
 import pytest
 import yaml
 
+from tools import conda_tools as ct
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import conda_tools as ct  # noqa: E402
 
 ct.require_tools()
 import rattler  # noqa: E402

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from tools import conda_tools as ct
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import conda_tools as ct  # noqa: E402
 
 pytestmark = pytest.mark.slow
 METRICS = ct.cache_dir() / "conda-e2e-metrics.json"

@@ -102,8 +102,7 @@ def test_gpu_check_script_parses_and_documents_its_stages():
 def test_kernel_times_table_from_profiler_names():
     """benchmarks/cuda_kernel_times.py's parts that need no GPU: kernel names as torch.profiler reports them,
     and the table."""
-    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-    import cuda_kernel_times as K
+    from benchmarks import cuda_kernel_times as K
 
     name = ("void torch_segops::cuda::run_kernel<torch_segops::cuda::Fixup<torch_segops::SumOp<float>, float, 4> >"
             "(torch_segops::cuda::Fixup<torch_segops::SumOp<float>, float, 4>, long)")
