@@ -29,8 +29,10 @@
 #include "cpu/segment_sums.h"
 #include "cpu/vec_math.h"
 #include "csr_args.h"
+#include "index_math.h"
 #include "merge_path.h"
 #include "reducers.h"
+#include "tensor_ptr.h"
 
 #ifndef SEGOPS_CPU_ISA
 #error "SEGOPS_CPU_ISA must name the instruction set this file is compiled for"
@@ -48,7 +50,6 @@ constexpr int64_t kChunkElems = 1 << 15;  // elements of work per chunk (rows x 
 constexpr int64_t kFeatureTile = kMaxPieceFeatures;  // features per work unit
 constexpr int64_t kMinItems = 64;         // merge-path items per chunk, at least
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Memory for reduce_csr's partial states, kept by each calling thread between calls (up to
 // kKeptScratchBytes): allocated anew per call, it was faulted in page by page every time (18% of a
@@ -91,8 +92,6 @@ class Scratch {
   void* ptr_ = nullptr;
 };
 
-template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
-template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 
 // ---- reductions ------------------------------------------------------------------------------------
 
