@@ -393,7 +393,7 @@ def test_v0_source_takes_only_project_files():
 
 def test_cuda129_offline_says_what_is_missing():
     """cuda129 cannot be built offline: the tools say why and where a packager gets the pieces."""
-    import offline_channel
+    from tools import offline_channel
 
     with pytest.raises(offline_channel.ChannelError) as info:
         offline_channel.download_cuda_wheels("12.9")

@@ -40,7 +40,7 @@ def report(request, line: str) -> None:
 @pytest.fixture(scope="module", params=["cpu", "cuda130"])
 def built(request, tmp_path_factory, monkeypatch_module):
     ct.require_tools(patchelf=True)
-    import offline_channel
+    from tools import offline_channel
 
     name = request.param
     t0 = time.time()
