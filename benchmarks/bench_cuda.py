@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 
-try:  # benchmarks/gpu_model.py imports this module for make_indptr only, without a built library
+try:  # research/gpu_model/model.py imports this module for make_indptr only, without a built library
     import torch_segops as so  # noqa: E402
 except ImportError:  # pragma: no cover
     so = None

@@ -21,13 +21,12 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 
 import pytest
 
+from tools import torch_wheels as tw
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import torch_wheels as tw  # noqa: E402
 
 CROSS_CXX = "aarch64-linux-gnu-g++"
 EM_AARCH64, EM_X86_64 = 183, 62

@@ -28,9 +28,9 @@ import torch
 
 import torch_segops as so
 
+from benchmarks.memory_cases import CASES, NOT_OPS, OP_CASES, heap_in_use
+
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-sys.path.insert(0, BENCHMARKS)
-from memory_cases import CASES, NOT_OPS, OP_CASES, heap_in_use  # noqa: E402
 
 OP_CALLS = 100_000
 PUBLIC_CALLS = int(os.environ.get("TORCH_SEGOPS_LEAK_CALLS", "10000"))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 import tomllib
 from pathlib import Path
 
@@ -17,9 +16,9 @@ import jinja2
 import pytest
 import yaml
 
+from tools import conda_tools as ct
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import conda_tools as ct  # noqa: E402
 
 ct.require_tools()
 import rattler  # noqa: E402
@@ -458,7 +457,7 @@ def test_v0_source_takes_only_project_files():
 
 def test_cuda129_offline_says_what_is_missing():
     """cuda129 cannot be built offline: the tools say why and where a packager gets the pieces."""
-    import offline_channel
+    from tools import offline_channel
 
     with pytest.raises(offline_channel.ChannelError) as info:
         offline_channel.download_cuda_wheels("12.9")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from tools import conda_tools as ct
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import conda_tools as ct  # noqa: E402
 
 pytestmark = pytest.mark.slow
 METRICS = ct.cache_dir() / "conda-e2e-metrics.json"
@@ -40,7 +40,7 @@ def report(request, line: str) -> None:
 @pytest.fixture(scope="module", params=["cpu", "cuda130"])
 def built(request, tmp_path_factory, monkeypatch_module):
     ct.require_tools(patchelf=True)
-    import offline_channel
+    from tools import offline_channel
 
     name = request.param
     t0 = time.time()

@@ -45,8 +45,9 @@ def _parametrized_helpers(path: str) -> list[str]:
 
 
 def test_no_parametrize_on_a_helper(tmp_path):
-    found = {f: _parametrized_helpers(os.path.join(TESTS, f)) for f in sorted(os.listdir(TESTS))
-             if f.startswith("test_") and f.endswith(".py")}
+    files = [os.path.join(TESTS, f) for f in sorted(os.listdir(TESTS)) if f.startswith("test_") and f.endswith(".py")]
+    files.append(os.path.join(REPO, "research", "gpu_model", "test_model.py"))  # run through tests/test_gpu_model.py
+    found = {os.path.relpath(f, REPO): _parametrized_helpers(f) for f in files}
     assert not {f: h for f, h in found.items() if h}, found
     planted = tmp_path / "test_planted.py"
     planted.write_text("import pytest\n\n@pytest.mark.parametrize('n', [1])\ndef _helper(n):\n    return n\n")
@@ -102,8 +103,7 @@ def test_gpu_check_script_parses_and_documents_its_stages():
 def test_kernel_times_table_from_profiler_names():
     """benchmarks/cuda_kernel_times.py's parts that need no GPU: kernel names as torch.profiler reports them,
     and the table."""
-    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-    import cuda_kernel_times as K
+    from benchmarks import cuda_kernel_times as K
 
     name = ("void torch_segops::cuda::run_kernel<torch_segops::cuda::Fixup<torch_segops::SumOp<float>, float, 4> >"
             "(torch_segops::cuda::Fixup<torch_segops::SumOp<float>, float, 4>, long)")

@@ -28,14 +28,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+from tools import check_cuda_build as ccb
+from tools import torch_wheels as tw
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import check_cuda_build as ccb  # noqa: E402
-import torch_wheels as tw  # noqa: E402
 
 NVCC = ccb.find_nvcc()
 _spec = importlib.util.find_spec("torch")

@@ -5,7 +5,7 @@
 #                                          (default: info tests; the usual full check: info tests sanitizer benchfull)
 #   bash tools/gpu_check.sh prebuild       on the CPU machine: build _C.so for sm_90 into gpu-prebuilt/ (ignored
 #                                          by git), to carry to the GPU machine so no device time goes to nvcc
-# bench / benchfull also print the memory model's prediction (benchmarks/gpu_model.py) next to the measurement;
+# bench / benchfull also print the memory model's prediction (research/gpu_model/model.py) next to the measurement;
 # kernels times every kernel launch per reduction plan (benchmarks/cuda_kernel_times.py, torch.profiler).
 #   BENCH_ARGS="--ops sum softmax" bash tools/gpu_check.sh benchfull   # options for bench_cuda.py
 #
@@ -30,7 +30,7 @@ step() { printf '\n==> %s (%s)\n' "$*" "$(date +%T)"; }
 model() {
   local measured=$1; shift
   step "memory model: predicted vs measured ($measured)"
-  "$PY" benchmarks/gpu_model.py --against "$measured" --markdown "$LOGS/model-vs-$(basename "$measured")" "$@" 2>&1 \
+  "$PY" research/gpu_model/model.py --against "$measured" --markdown "$LOGS/model-vs-$(basename "$measured")" "$@" 2>&1 \
     | tee "$LOGS/model.txt" || status=1
 }
 

@@ -55,6 +55,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return "another dtype"
 
 
+def _reduced_shape(src: Tensor, indptr: Tensor, n: int) -> List[int]:
+    """src's shape with n rows along the reduced dim (indptr.dim() - 1)."""
+    shape: List[int] = list(src.shape)
+    shape[indptr.dim() - 1] = n
+    return shape
+
+
 def check_same_device(fn: str, names: List[str], tensors: List[Tensor]) -> None:
     """Every tensor on the device of the first: a meta tensor among CPU tensors would otherwise send the
     call to the shape-only (fake) kernels, which return uninitialised memory."""

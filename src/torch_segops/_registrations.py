@@ -5,16 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._arguments import check_same_device
+from ._arguments import _reduced_shape, check_same_device
 
 _ops = torch.ops.torch_segops
 _LIB = "torch_segops::"
-
-
-def _reduced_shape(src: Tensor, indptr: Tensor, n) -> list:
-    shape = list(src.shape)
-    shape[indptr.dim() - 1] = n
-    return shape
 
 
 # ---- fake kernels (shapes only; used by torch.compile, export and opcheck) --------------------------

@@ -32,20 +32,27 @@ from .ops import _check_out, _check_reduce, _check_type, _reduced_shape, _segmen
 _ops = torch.ops.torch_segops
 
 
+def _check_index_shape(fn: str, src: Tensor, index: Tensor, with_dim: bool) -> int:
+    """The reduced dim (index.dim() - 1) after checking index's dims against src's: 1 to src.dim() dims,
+    each leading dim (and dim itself when with_dim) equal to src's or 1 (broadcast)."""
+    if index.dim() == 0 or index.dim() > src.dim():
+        raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
+                         f"got {index.dim()}")
+    dim = index.dim() - 1
+    for d in range(dim + 1 if with_dim else dim):
+        if index.size(d) != 1 and index.size(d) != src.size(d):
+            raise ValueError(f"torch_segops.{fn}: index.size({d}) = {index.size(d)} does not match "
+                             f"src.size({d}) = {src.size(d)} (must be equal or 1 to broadcast)")
+    return dim
+
+
 def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
     """CSR offsets of a sorted COO index (leading dims broadcast as in pytorch_scatter)."""
     if not torch.jit.is_scripting():
         _check_type(fn, "src", src)
         _check_type(fn, "index", index)
     check_same_device(fn, ["src", "index"], [src, index])
-    if index.dim() == 0 or index.dim() > src.dim():
-        raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
-                         f"got {index.dim()}")
-    dim = index.dim() - 1
-    for d in range(dim + 1):
-        if index.size(d) != 1 and index.size(d) != src.size(d):
-            raise ValueError(f"torch_segops.{fn}: index.size({d}) = {index.size(d)} does not match "
-                             f"src.size({d}) = {src.size(d)} (must be equal or 1 to broadcast)")
+    dim = _check_index_shape(fn, src, index, True)
     if index.size(dim) != src.size(dim):  # one index for every row along dim
         shape: List[int] = list(index.shape)
         shape[dim] = src.size(dim)
@@ -214,14 +221,7 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
         if out is not None:
             _check_type(fn, "out", out)
     check_same_device(fn, ["src", "index"], [src, index])
-    if index.dim() == 0 or index.dim() > src.dim():
-        raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
-                         f"got {index.dim()}")
-    dim = index.dim() - 1
-    for d in range(dim):
-        if index.size(d) != 1 and index.size(d) != src.size(d):
-            raise ValueError(f"torch_segops.{fn}: index.size({d}) = {index.size(d)} does not match "
-                             f"src.size({d}) = {src.size(d)} (must be equal or 1 to broadcast)")
+    dim = _check_index_shape(fn, src, index, False)
     if _one_pass_gather(src, index):
         result = _gather_index(fn, src, index.expand(list(src.shape[:dim]) + [index.size(dim)]))
     else:

@@ -18,7 +18,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._arguments import check_same_device, dtype_name, size_arg
+from ._arguments import _reduced_shape, check_same_device, dtype_name, size_arg
 from ._registrations import _segment_lengths
 
 _ops = torch.ops.torch_segops
@@ -61,12 +61,6 @@ def _nonempty_indptr(indptr: Tensor) -> Tensor:
         shape[-1] = 1
         return indptr.new_zeros(shape)
     return indptr
-
-
-def _reduced_shape(src: Tensor, indptr: Tensor, n: int) -> List[int]:
-    shape: List[int] = list(src.shape)
-    shape[indptr.dim() - 1] = n
-    return shape
 
 
 def _check_out(fn: str, out: Tensor, dtype: torch.dtype, device: torch.device, shape: Optional[List[int]],

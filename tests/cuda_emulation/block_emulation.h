@@ -9,7 +9,7 @@
 // is a race). A barrier or shuffle that not every thread of its block or warp reaches (a thread returned,
 // or waits at another barrier) is reported and aborts: on a GPU that is a hang or undefined behaviour.
 //
-// Used by emulate_kernels.cpp (under AddressSanitizer/UBSan) and trace_kernels.cpp (the memory model).
+// Used by emulate_kernels.cpp (under AddressSanitizer/UBSan) and research/gpu_model/trace_kernels.cpp (the memory model).
 // Fibers switch with a few lines of x86-64 assembly (callee-saved registers and the stack pointer), or
 // ucontext elsewhere.
 #pragma once

@@ -19,13 +19,13 @@
 #include "cpu/fresh_output.h"
 #include "csr_args.h"
 #include "index_args.h"
+#include "index_math.h"
 #include "torch_errors.h"
 
 namespace torch_segops {
 namespace {
 
 constexpr int64_t kBlock = 1 << 16;  // index elements per unit of parallel work
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // max(index) + 1 (0 for an empty index); a negative maximum gives 0 and the check reports the value.
 template <typename I>

@@ -29,8 +29,10 @@
 #include "cpu/segment_sums.h"
 #include "cpu/vec_math.h"
 #include "csr_args.h"
+#include "index_math.h"
 #include "merge_path.h"
 #include "reducers.h"
+#include "tensor_ptr.h"
 
 #ifndef SEGOPS_CPU_ISA
 #error "SEGOPS_CPU_ISA must name the instruction set this file is compiled for"
@@ -50,7 +52,6 @@ constexpr int64_t kMinItems = 64;         // merge-path items per chunk, at leas
 // A piece has at most a chunk's rows; the int16 row lanes of min/max (blocks of >= 16 features) hold them.
 static_assert(std::max(kMinItems, kChunkElems / 16) <= kMaxRows16, "arg_extremum_rows16's rows fit int16");
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Memory for reduce_csr's partial states, kept by each calling thread between calls (up to
 // kKeptScratchBytes): allocated anew per call, it was faulted in page by page every time (18% of a
@@ -93,8 +94,6 @@ class Scratch {
   void* ptr_ = nullptr;
 };
 
-template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
-template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 
 // ---- reductions ------------------------------------------------------------------------------------
 

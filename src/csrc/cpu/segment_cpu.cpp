@@ -19,6 +19,7 @@
 #include "cpu/kernels.h"
 #include "cpu/nonempty_segments.h"
 #include "csr_args.h"
+#include "index_math.h"
 #include "platform.h"
 #include "reducers.h"
 #include "segment_ops.h"
@@ -42,7 +43,6 @@ const Kernels& kernels() {
 
 namespace {
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- indptr validation ------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@
 #include "cuda/segment_kernels.cuh"
 #include "reducers.h"
 #include "segment_ops.h"
+#include "tensor_ptr.h"
 
 #ifndef TORCH_SEGOPS_CUDA_ARCHS
 #define TORCH_SEGOPS_CUDA_ARCHS "unknown"
@@ -197,8 +198,6 @@ std::atomic<uint32_t> g_call_counter{0};
 
 // ---- one op call: device, stream, workspaces, launches -----------------------------------------------
 
-template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
-template <typename T> T* mptr(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 inline bool aligned16(const void* p) { return aligned_to(p, 16); }
 
 class CudaCall {

@@ -86,6 +86,7 @@ void segops_trace_step();
 #endif
 
 #include "cuda_plans.h"
+#include "index_math.h"
 #include "merge_path.h"
 #include "op_names.h"
 #include "reducers.h"
@@ -128,7 +129,6 @@ SEGOPS_HD void fence_system() {
 SEGOPS_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 SEGOPS_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 SEGOPS_HD int64_t iclamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
-SEGOPS_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Global memory accesses outside the vector loads: rd (value used at once), rd_async (used later, after
 // SEGOPS_TRACE_USE), wr. Plain dereferences; only the tracer sees a difference.

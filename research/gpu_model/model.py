@@ -1,15 +1,15 @@
 """Memory-access model of the CUDA kernels: predicted H100 times without a GPU.
 
-    python benchmarks/gpu_model.py --calibrate          # the calibration: old kernels vs the recorded H100 rows
-    python benchmarks/gpu_model.py                      # the current kernels' predictions next to those rows
-    python benchmarks/gpu_model.py --ops sum --dists uniform --features 1 16   # predictions only
-    python benchmarks/gpu_model.py --markdown out.md    # also write the table as markdown
-    python benchmarks/gpu_model.py --against benchmarks/results/<run>.md   # compare with another measured run
+    python research/gpu_model/model.py --calibrate          # the calibration: old kernels vs the recorded H100 rows
+    python research/gpu_model/model.py                      # the current kernels' predictions next to those rows
+    python research/gpu_model/model.py --ops sum --dists uniform --features 1 16   # predictions only
+    python research/gpu_model/model.py --markdown out.md    # also write the table as markdown
+    python research/gpu_model/model.py --against benchmarks/results/<run>.md   # compare with another measured run
 
 What it does, per benchmark case (the inputs of benchmarks/bench_cuda.py: same distributions, seed and
 sizes, 2^26 elements):
 
-1. Traces the kernels. tests/cuda_emulation/trace_kernels.cpp (built here with g++) runs the real
+1. Traces the kernels. research/gpu_model/trace_kernels.cpp (built here with g++) runs the real
    drivers and kernels of src/csrc/cuda/segment_kernels.cuh on the CPU and records, for a sample of
    warps, every global load and store (address, bytes, access site). Per launch it reports
    - sector efficiency: useful bytes / (32 x distinct 32-byte sectors) of each warp instruction (the
@@ -43,10 +43,10 @@ sizes, 2^26 elements):
    SUBMIT_S, a launch starts when the previous one has ended plus launch_s and it has been submitted.
    `--calibrate` traces the kernels measured on the H100 (commit 6bf4532 = the measured 0533d0f plus
    trace hooks, materialised from git under the cache with this tree's tracer; their resources from
-   benchmarks/results/gpu-model-resources-sm90-6bf4532.json), fits lat_scale, round_cycles, inst_cycles,
+   research/gpu_model/results/gpu-model-resources-sm90-6bf4532.json), fits lat_scale, round_cycles, inst_cycles,
    lsu_cycles, p, launch_s and host_s (grid search, squared log error) on the 40 full-size rows of
    benchmarks/results/cuda-h100-2026-11-23.md and reports the leave-one-out errors (each row predicted by
-   the fit on the other 39). The constants are below (CALIBRATION); docs/cuda.md gives the fit. The column
+   the fit on the other 39). The constants are below (CALIBRATION); README.md (here) gives the fit. The column
    "bank conflicts" is the predicted time over the time with conflict-free shared-memory accesses, less 1.
 
 Traces are cached under $GPU_MODEL_CACHE (default ~/.cache/torch_segops_gpu_model), keyed by the kernel
@@ -66,8 +66,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 # ---- H100 SXM5 80GB constants ----------------------------------------------------------------------------
 SMS = 132  # SMs enabled on H100 SXM5 (NVIDIA H100 whitepaper; chipsandcheese.com "Nvidia's H100: Funny L2")
@@ -100,27 +100,29 @@ L2_BW = 5.5e12  # B/s, L2 -> SM bandwidth (chipsandcheese.com measured ~5.5 TB/s
 REGS_PER_SM, MAX_WARPS_PER_SM, MAX_BLOCKS_PER_SM, SMEM_PER_SM = 65536, 64, 32, 228 * 1024
 THREADS_PER_BLOCK = 256  # segment_cuda.cu kThreads
 
-# Fitted on the 40 rows (python benchmarks/gpu_model.py --calibrate, 2026-11-25: calibration 5): latency scale,
+# Fitted on the 40 rows (python research/gpu_model/model.py --calibrate, 2026-11-25: calibration 5): latency scale,
 # cycles per round, per warp memory instruction and per L1 line, p of the p-norm, GPU seconds per launch, host
-# seconds before the first launch (0: the 40 large rows cannot tell it from SUBMIT_S; docs/cuda.md).
+# seconds before the first launch (0: the 40 large rows cannot tell it from SUBMIT_S; README.md).
 CALIBRATION = {"lat_scale": 2.0, "round_cycles": 400, "inst_cycles": 64, "lsu_cycles": 2, "p": 4.0, "launch_s": 2e-6,
                "host_s": 0.0}
 
 # The error the model states for a full-size row (|predicted / measured - 1|), from the leave-one-out
-# calibration (docs/cuda.md); pairs of rows further apart than this must be ordered right.
+# calibration (README.md); pairs of rows further apart than this must be ordered right.
 STATED_ERROR = 0.40
 
 MEASURED = os.path.join(REPO, "benchmarks", "results", "cuda-h100-2026-11-23.md")
-RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90.json")
+RESOURCES = os.path.join(HERE, "results", "gpu-model-resources-sm90.json")
+# Where RESOURCES was in the calibration commit's tree
+RESOURCES_AT_CALIBRATION = "benchmarks/results/gpu-model-resources-sm90.json"
 # The calibration kernels' resources with their stack, spills and SASS local-memory counts (nvcc 13.0 -Xptxas -v
 # and cuobjdump -sass of commit 6bf4532's segment_cuda.cu; registers as in the file committed with it)
-CALIBRATION_RESOURCES = os.path.join(REPO, "benchmarks", "results", "gpu-model-resources-sm90-6bf4532.json")
+CALIBRATION_RESOURCES = os.path.join(HERE, "results", "gpu-model-resources-sm90-6bf4532.json")
 SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
-           "src/csrc/reducers.h", "tests/cuda_emulation/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
+           "src/csrc/reducers.h", "research/gpu_model/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
 
 
-TRACER_FILES = ["tests/cuda_emulation/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
+TRACER_FILES = ["research/gpu_model/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 # The kernels measured on the H100 (benchmarks/results/cuda-h100-2026-11-23.md ran commit 0533d0f): commit
 # 6bf4532 holds the same kernels plus the trace hooks. --calibrate traces them with this tree's tracer.
 CALIBRATION_COMMIT = "6bf4532"
@@ -152,12 +154,12 @@ def materialise(commit: str = CALIBRATION_COMMIT) -> str:
     os.makedirs(tmp)
     arc = subprocess.run(["git", "-C", REPO, "archive", commit, "src/csrc"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", tmp], input=arc, check=True)
-    os.makedirs(os.path.join(tmp, "tests", "cuda_emulation"))
     for f in TRACER_FILES:
+        os.makedirs(os.path.dirname(os.path.join(tmp, f)), exist_ok=True)
         shutil.copy(os.path.join(REPO, f), os.path.join(tmp, f))
-    res = subprocess.run(["git", "-C", REPO, "show", f"{commit}:{os.path.relpath(RESOURCES, REPO)}"],
+    res = subprocess.run(["git", "-C", REPO, "show", f"{commit}:{RESOURCES_AT_CALIBRATION}"],
                          capture_output=True, check=True).stdout
-    os.makedirs(os.path.dirname(os.path.join(tmp, os.path.relpath(RESOURCES, REPO))))
+    os.makedirs(os.path.dirname(os.path.join(tmp, os.path.relpath(RESOURCES, REPO))), exist_ok=True)
     with open(os.path.join(tmp, os.path.relpath(RESOURCES, REPO)), "wb") as fh:
         fh.write(res)
     os.replace(tmp, root)
@@ -173,13 +175,14 @@ def torch_include() -> str:
 # ---- tracer ---------------------------------------------------------------------------------------------------
 
 def build_tracer(root: str = REPO, defines: tuple = ()) -> str:
-    """The tracer of root's kernels (cached per source hash); defines: extra macros (tests/test_gpu_model.py
+    """The tracer of root's kernels (cached per source hash); defines: extra macros (test_model.py
     builds the plain ReduceFlatBlock layout with SEGOPS_FLAT_PLAIN_LAYOUT to compare against)."""
     exe = os.path.join(cache_dir(), "-".join(["trace_kernels", source_hash(root=root), *defines]))
     if not os.path.exists(exe):
         tmp = f"{exe}.{os.getpid()}.tmp"
         cmd = ["g++", "-std=c++17", "-O2", "-DSEGOPS_TRACE_ACCESSES", *(f"-D{d}" for d in defines), "-isystem", torch_include(),
-               "-I", os.path.join(root, "src", "csrc"), os.path.join(root, "tests", "cuda_emulation", "trace_kernels.cpp"),
+               "-I", os.path.join(root, "src", "csrc"), "-I", os.path.join(root, "tests", "cuda_emulation"),
+               os.path.join(root, "research", "gpu_model", "trace_kernels.cpp"),
                "-o", tmp]
         subprocess.run(cmd, check=True)
         os.replace(tmp, exe)
@@ -189,7 +192,7 @@ def build_tracer(root: str = REPO, defines: tuple = ()) -> str:
 def case_indptr(dist: str, feat: int, elems: int = ELEMS):
     """The benchmark's indptr for this case (benchmarks/bench_cuda.py make_indptr, seed 0)."""
     import torch
-    import bench_cuda
+    from benchmarks import bench_cuda
     gen = torch.Generator().manual_seed(0)
     rows = max(1, elems // feat)
     return rows, bench_cuda.make_indptr(rows, dist, gen)
@@ -342,11 +345,7 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
     if os.path.exists(cached) and not refresh:
         with open(cached) as fh:
             return json.load(fh)["kernels"]
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("check_cuda_build", os.path.join(REPO, "tools", "check_cuda_build.py"))
-    ccb = importlib.util.module_from_spec(spec)
-    sys.modules["check_cuda_build"] = ccb
-    spec.loader.exec_module(ccb)
+    from tools import check_cuda_build as ccb
     nvcc = ccb.find_nvcc()  # tools/check_cuda_build.py's search
     if nvcc is None:
         if saved is None:
@@ -730,4 +729,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, REPO)  # run as a script: the repository's benchmarks and tools packages
     sys.exit(main())

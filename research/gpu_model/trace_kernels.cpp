@@ -1,5 +1,5 @@
 // Memory-access tracer of the CUDA kernels (host emulation, no GPU): the measuring half of the memory
-// model in benchmarks/gpu_model.py, which builds this file (g++ -O2 -DSEGOPS_TRACE_ACCESSES) and runs it
+// model in model.py (here), which builds this file (g++ -O2 -DSEGOPS_TRACE_ACCESSES) and runs it
 // once per benchmark case.
 //
 // It runs the real drivers and kernels of segment_kernels.cuh on the CPU (every thread, so that every
@@ -585,7 +585,7 @@ template <typename T> int run(const std::string& op, int64_t F, int64_t N, std::
   return 0;
 }
 
-// One synthetic warp instruction: lane l accesses `bytes` bytes at l * stride (tests/test_gpu_model.py).
+// One synthetic warp instruction: lane l accesses `bytes` bytes at l * stride (test_model.py).
 static int bank_selftest(int64_t stride, int bytes) {
   std::vector<std::pair<int, SharedAccess>> lanes;
   for (int l = 0; l < 32; ++l) lanes.push_back({l, SharedAccess{static_cast<uint64_t>(l * stride), bytes, 0, 0}});

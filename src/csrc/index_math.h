@@ -1,0 +1,18 @@
+// Integer helpers shared by the CPU and CUDA kernels. Always inlined, like reducers.h's SEGOPS_HD
+// functions: cpu/kernels.cpp is compiled once per instruction set.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SEGOPS_INDEX_MATH __host__ __device__ __forceinline__
+#else
+#define SEGOPS_INDEX_MATH __attribute__((always_inline)) inline
+#endif
+
+namespace torch_segops {
+
+// ceil(a / b) for a >= 0, b > 0.
+SEGOPS_INDEX_MATH int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace torch_segops
