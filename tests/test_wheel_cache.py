@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-import conda_tools as ct  # noqa: E402
+from tools import conda_tools as ct  # noqa: E402
 
 ct.require_tools()
-import offline_channel as oc  # noqa: E402
+from tools import offline_channel as oc  # noqa: E402
 
 
 def make_wheel(folder: Path, name: str, version: str, files: dict[str, str], requires: list[str] = ()) -> Path:

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 
+#include "platform.h"
+
 #if defined(__CUDACC__)
 #define SEGOPS_INDEX_MATH __host__ __device__ __forceinline__
 #else
-#define SEGOPS_INDEX_MATH __attribute__((always_inline)) inline
+#define SEGOPS_INDEX_MATH SEGOPS_ALWAYS_INLINE
 #endif
 
 namespace torch_segops {

@@ -7,7 +7,7 @@
 
 #include "reducers.h"  // SEGOPS_HD
 
-// The CUDA host tracer (benchmarks/gpu_model.py) counts the search's reads; nothing elsewhere.
+// The CUDA host tracer (research/gpu_model/model.py) counts the search's reads; nothing elsewhere.
 #ifndef SEGOPS_TRACE_INDEX
 #define SEGOPS_TRACE_INDEX(p) ((void)0)
 #endif

@@ -4,14 +4,16 @@
 
 #include <torch/csrc/stable/tensor.h>
 
+#include "platform.h"
+
 namespace torch_segops {
 
 template <typename T>
-__attribute__((always_inline)) inline const T* cptr(const torch::stable::Tensor& t) {
+SEGOPS_ALWAYS_INLINE const T* cptr(const torch::stable::Tensor& t) {
   return static_cast<const T*>(t.const_data_ptr());
 }
 template <typename T>
-__attribute__((always_inline)) inline T* mptr(const torch::stable::Tensor& t) {
+SEGOPS_ALWAYS_INLINE T* mptr(const torch::stable::Tensor& t) {
   return static_cast<T*>(t.mutable_data_ptr());
 }
 

@@ -57,9 +57,9 @@
 #include <limits>
 #include <type_traits>
 
-// ---- access tracing (the memory-access model, benchmarks/gpu_model.py; compiled out everywhere else) -----
+// ---- access tracing (the memory-access model, research/gpu_model/model.py; compiled out everywhere else) -----
 // Kernels read and write global memory through load_vec/store_vec and rd/rd_async/wr below, which report
-// each access to the host tracer (tests/cuda_emulation/trace_kernels.cpp) when SEGOPS_TRACE_ACCESSES is
+// each access to the host tracer (research/gpu_model/trace_kernels.cpp) when SEGOPS_TRACE_ACCESSES is
 // defined. Kinds: 0 a load whose value is used later (at SEGOPS_TRACE_USE(): the thread then waits for
 // every load it has in flight), 1 a load used at once (an offset deciding the next address), 2 a store.
 // Shared memory of block kernels (the tracer counts its bank conflicts): SEGOPS_SH_LOAD(lvalue) is the
@@ -389,7 +389,7 @@ SEGOPS_UNROLL
   for (int v = 0; v < V; ++v) st[v] = Op::identity();
   int64_t r = 0;
   // Rows loaded before they are folded in: independent loads in flight per thread (the memory model,
-  // benchmarks/gpu_model.py: a thread's rounds of loads, not its bytes, set the time of short segments).
+  // research/gpu_model/model.py: a thread's rounds of loads, not its bytes, set the time of short segments).
   // Wide vectors move 16 bytes per load.
   constexpr int kU = V >= 4 ? 4 : 8;
   for (; r + kU <= count; r += kU) {
@@ -975,7 +975,7 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
   // threads walking a run of empty segments read ends 15 words apart (32 banks). One long segment still
   // costs about 2.5 wavefronts per row load (1.0 with 16 items, but 16 items conflict at 21-63-row
   // segments). No case of the sweep takes more wavefronts than the plain 16-item layout, which
-  // SEGOPS_FLAT_PLAIN_LAYOUT restores for tests/test_gpu_model.py to compare. 8-byte rows stay plain with
+  // SEGOPS_FLAT_PLAIN_LAYOUT restores for research/gpu_model/test_model.py to compare. 8-byte rows stay plain with
   // 8 items: no layout tried was as good at every segment length.
 #ifdef SEGOPS_FLAT_PLAIN_LAYOUT
   static constexpr int kItemsMax = sizeof(A) <= 4 ? 16 : 8;
