@@ -82,10 +82,7 @@ def main(argv=None):
         env = "\n".join(f"- {k}: {v}" for k, v in C.environment().items())
         text = (f"threads {args.threads}, {args.rounds} interleaved rounds x {args.repeats}, medians; ratios: median "
                 f"of per-round ratios\n\n{table}\n\n{env}\n")
-        print(text)
-        if args.markdown:
-            with open(args.markdown, "w") as f:
-                f.write(text)
+        C.emit(text, args.markdown)
 
 
 if __name__ == "__main__":

@@ -332,3 +332,11 @@ def environment(device: str = "cpu") -> dict:
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name()
     return env
+
+
+def emit(text: str, markdown: Optional[str] = None) -> None:
+    """Print a report, and write it to `markdown` when a path is given."""
+    print(text)
+    if markdown:
+        with open(markdown, "w") as fh:
+            fh.write(text)
