@@ -126,7 +126,7 @@ inline void reduce_whole_segments(typename Op::State* st, const Load& load, cons
   if constexpr (kFn == 1 && kArgExtremaSegmentsF1<Op, Load>) {
     if (F == 1) {
       const int64_t o = b * a.S;
-      arg_extrema_segments_f1<ArgExtremumF1<Op>::kIsMax>(
+      arg_extrema_segments_f1<ArgExtremumF32<Op>::kIsMax>(
           load, p, s, s_end, b * N,
           [&](int64_t k, int64_t r) {
             out[o + k] = load.x[b * N + p[k] + r];  // the element itself: OutT is the input type

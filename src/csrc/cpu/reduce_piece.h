@@ -365,6 +365,8 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
 // the exact loop of extremum_piece_lanes. Needs the vector extensions (SEGOPS_VECTOR_EXT).
 constexpr int64_t kMaxRows16 = 32767;
 
+// Min/max with arg accumulating in float (float, bfloat16 and float16 inputs): the reducers of the vector
+// paths here and in segment_extrema.h.
 template <class Op> struct ArgExtremumF32 : std::false_type {};
 template <bool M> struct ArgExtremumF32<ArgExtremumOp<float, M>> : std::true_type {
   static constexpr bool kIsMax = M;

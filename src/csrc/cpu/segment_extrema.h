@@ -21,15 +21,11 @@ namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
 
 #if defined(__AVX2__)
-template <class Op> struct ArgExtremumF1 : std::false_type {};
-template <bool M> struct ArgExtremumF1<ArgExtremumOp<float, M>> : std::true_type {
-  static constexpr bool kIsMax = M;
-};
 
 // Whether arg_extrema_segments_f1 serves Op over this load: min/max with arg of float, bfloat16 or float16.
 template <class Op, class Load> constexpr bool kArgExtremaSegmentsF1 = [] {
   if constexpr (is_array_load<Load>::value) {
-    return ArgExtremumF1<Op>::value && kSumsInAvx2<typename is_array_load<Load>::type>;
+    return ArgExtremumF32<Op>::value && kSumsInAvx2<typename is_array_load<Load>::type>;
   } else {
     return false;
   }
