@@ -67,7 +67,7 @@ def cache(tmp_path, monkeypatch):
             for n, (v, f, r) in RESOLUTION.items():
                 wheel = out / f"{n}-{v}-py3-none-any.whl"
                 if wheel.exists():
-                    lines.append(f"File was already downloaded {wheel}")
+                    lines.append(f"  File was already downloaded {wheel}")  # indented, as pip prints it
                 else:
                     make_wheel(out, n, v, f, r)
                     lines.append(f"Saved {wheel}")
@@ -116,4 +116,21 @@ def test_resolution_wheels_rejects_bad_pip_output(tmp_path):
         oc.resolution_wheels(f"Saved {tmp_path}/torch-2.13.0-py3-none-any.whl\n", tmp_path)
     with pytest.raises(oc.ChannelError, match="two wheels of filelock"):
         oc.resolution_wheels(f"Saved {tmp_path}/filelock-4.3.1-py3-none-any.whl\n"
-                             f"File was already downloaded {tmp_path}/filelock-4.2.12-py3-none-any.whl\n", tmp_path)
+                             f"  File was already downloaded {tmp_path}/filelock-4.2.12-py3-none-any.whl\n", tmp_path)
+
+
+def test_resolution_wheels_reads_real_pip_output(tmp_path):
+    """The parser against pip's own words, not the fake's: a first `pip download` saves the wheels, a second
+    finds them already there (pip indents that line). Offline: --no-index from a local folder."""
+    links, dest = tmp_path / "links", tmp_path / "dest"
+    links.mkdir()
+    make_wheel(links, "segops_probe_dep", "1.0", {"segops_probe_dep/__init__.py": ""})
+    make_wheel(links, "segops_probe", "2.0", {"segops_probe/__init__.py": ""}, ["segops_probe_dep"])
+    cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--no-index", "--find-links", str(links),
+           "--dest", str(dest), "segops_probe==2.0"]
+    want = [dest / "segops_probe-2.0-py3-none-any.whl", dest / "segops_probe_dep-1.0-py3-none-any.whl"]
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert oc.resolution_wheels(first, dest) == want, first
+    second = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "already downloaded" in second, second
+    assert oc.resolution_wheels(second, dest) == want, second

@@ -532,7 +532,8 @@ def wheel_torch_version(whl: Path) -> tuple[str, str | None]:
 def resolution_wheels(pip_output: str, dest: Path) -> list[Path]:
     """The wheels that one `pip download --dest dest` run resolved to, read from its output ("Saved
     <file>" / "File was already downloaded <file>"): one file per project, each present in dest."""
-    names = re.findall(r"^(?:Saved|File was already downloaded) (\S+\.whl)\s*$", pip_output, re.M)
+    # pip indents the second kind ("  File was already downloaded ...") but not the first
+    names = re.findall(r"^\s*(?:Saved|File was already downloaded) (\S+\.whl)\s*$", pip_output, re.M)
     if not names:
         raise ChannelError(f"pip download named no wheel it saved or found in {dest}:\n{pip_output[-2000:]}")
     wheels, projects = [], {}
