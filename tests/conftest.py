@@ -59,3 +59,27 @@ def pytest_report_header(config):
     except Exception as e:  # the tests themselves will fail loudly; the header only reports
         lines.append(f"torch_segops not importable: {type(e).__name__}: {e}")
     return lines
+
+
+class _RecordingOps:
+    """Stands in for torch.ops.torch_segops in the Python modules that call ops, and records which ops were
+    called."""
+
+    def __init__(self, ops):
+        self._ops, self.called = ops, []
+
+    def __getattr__(self, name):
+        self.called.append(name)
+        return getattr(self._ops, name)
+
+
+@pytest.fixture
+def recorded_ops(monkeypatch):
+    """The ops called through torch_segops.ops and torch_segops._reductions (run / run_out), in order."""
+    import torch_segops._reductions as reductions_module
+    import torch_segops.ops as ops_module
+
+    rec = _RecordingOps(ops_module._ops)
+    monkeypatch.setattr(ops_module, "_ops", rec)
+    monkeypatch.setattr(reductions_module, "_ops", rec)
+    return rec

@@ -488,26 +488,6 @@ def test_out_at_any_offset_is_written_like_a_new_output(feat, offset):
     R.assert_equal(out, expected, "large gather out=")
 
 
-class _RecordingOps:
-    """Stands in for torch.ops.torch_segops in torch_segops.ops and records which ops were called."""
-
-    def __init__(self, ops):
-        self._ops, self.called = ops, []
-
-    def __getattr__(self, name):
-        self.called.append(name)
-        return getattr(self._ops, name)
-
-
-@pytest.fixture
-def recorded_ops(monkeypatch):
-    import torch_segops.ops as ops_module
-
-    rec = _RecordingOps(ops_module._ops)
-    monkeypatch.setattr(ops_module, "_ops", rec)
-    return rec
-
-
 @pytest.mark.parametrize("reduce", FLOAT_REDUCES)
 def test_out_is_written_in_place_without_a_temporary(recorded_ops, reduce):
     src = torch.randn(40, 3)

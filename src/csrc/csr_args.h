@@ -16,7 +16,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
-#include "reducers.h"
+#include "reductions.h"
 #include "torch_errors.h"
 
 namespace torch_segops {
@@ -47,8 +47,6 @@ struct CsrArgs {
   int64_t indptr_rows = 0;            // distinct rows held by indptr
 };
 
-template <typename T> struct TypeTag { using type = T; };
-
 // Calls f(TypeTag<scalar_t>{}) for the supported dtypes; integer dtypes only when allow_int.
 template <typename F>
 void dispatch_dtype(ScalarType t, bool allow_int, const char* op, const char* arg, F&& f) {
@@ -67,7 +65,7 @@ void dispatch_dtype(ScalarType t, bool allow_int, const char* op, const char* ar
       break;
   }
   fail(op, arg, " has unsupported dtype ", torch::headeronly::toString(t), "; supported: float16, bfloat16, float32, float64",
-       allow_int ? ", int32, int64" : " (integer dtypes only for sum, mul, min, max and gather)");
+       allow_int ? ", int32, int64" : " (integer dtypes only for " + integer_reduction_names() + " and gather)");
 }
 
 // Checks shapes, dtypes and devices (not the offsets themselves: that is backend work, see

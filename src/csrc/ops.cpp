@@ -1,16 +1,16 @@
 // The op schemas of torch_segops, in one place. Kernels are registered per backend in cpu/ and cuda/.
 #include <torch/csrc/stable/library.h>
 
-#include "reduce_ops.h"
+#include "reductions.h"
 
 STABLE_TORCH_LIBRARY(torch_segops, m) {
-  // One op per reduction (reduce_ops.h): segment_sum, segment_mean, segment_logsumexp, segment_mul (src, indptr) ->
+  // One op per reduction (reductions.h): segment_sum, segment_mean, segment_logsumexp, segment_mul (src, indptr) ->
   // Tensor; segment_min, segment_max (src, indptr) -> (Tensor, Tensor), the second output the
   // argmin/argmax (absolute positions along dim, src.size(dim) for empty segments). Their out= forms
   // segment_<name>_out write into the caller's contiguous tensors (out= of the Python API, when no
   // gradient is recorded): (src, indptr, out) and, for min/max, (src, indptr, out, arg).
   torch_segops::for_each_reduce([&](auto r) {
-    using Op = torch_segops::ReduceOp<decltype(r)::value>;
+    using Op = torch_segops::Reduction<decltype(r)::value>;
     m.def(Op::schema);
     m.def(Op::out_schema);
   });

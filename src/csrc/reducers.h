@@ -22,8 +22,6 @@
 
 namespace torch_segops {
 
-enum class Reduce : int { Sum, Mean, Min, Max, LogSumExp, Mul };
-
 // Accumulation type: float16/bfloat16 accumulate in float32, int32 in int64.
 template <typename T> struct AccType { using type = T; };
 template <> struct AccType<torch::headeronly::Half> { using type = float; };
@@ -75,6 +73,12 @@ template <typename A> struct MeanOp : SumOp<A> {
   }
 };
 
+// Whether Op is the float sum, finalized as a sum or as a mean: the reducers that the CPU's float-sum fast
+// paths serve (cpu/reduce_piece.h, cpu/segment_sums.h; they leave finalize to the caller). Exact types, not
+// the state's type: a reducer derived from SumOp that folds values in another way must not be summed.
+template <class Op>
+constexpr bool kAddsFloats = std::is_same_v<Op, SumOp<float>> || std::is_same_v<Op, MeanOp<float>>;
+
 // kNoArg marks a state that has seen no value; NaN propagates (the first NaN wins).
 template <typename A, bool kIsMax> struct ArgExtremumOp {
   struct State { A v; int64_t arg; };
@@ -103,6 +107,9 @@ template <typename A, bool kIsMax> struct ArgExtremumOp {
   }
   SEGOPS_HD static A finalize(const State& s, int64_t count) { return count > 0 ? s.v : A(0); }
 };
+
+template <typename A> using MinOp = ArgExtremumOp<A, false>;
+template <typename A> using MaxOp = ArgExtremumOp<A, true>;
 
 // Running (max, sum of exp(x - max)); one pass, exp per element.
 template <typename A> struct LogSumExpOp {
@@ -143,13 +150,5 @@ template <class Op> struct StateResult : Op {
   using State = typename Op::State;
   SEGOPS_HD static State finalize(const State& s, int64_t) { return s; }
 };
-
-template <Reduce R, typename A> struct ReducerFor;
-template <typename A> struct ReducerFor<Reduce::Sum, A> { using type = SumOp<A>; };
-template <typename A> struct ReducerFor<Reduce::Mean, A> { using type = MeanOp<A>; };
-template <typename A> struct ReducerFor<Reduce::Min, A> { using type = ArgExtremumOp<A, false>; };
-template <typename A> struct ReducerFor<Reduce::Max, A> { using type = ArgExtremumOp<A, true>; };
-template <typename A> struct ReducerFor<Reduce::LogSumExp, A> { using type = LogSumExpOp<A>; };
-template <typename A> struct ReducerFor<Reduce::Mul, A> { using type = ProdOp<A>; };
 
 }  // namespace torch_segops

@@ -27,8 +27,7 @@
 
 #include "csr_args.h"
 #include "op_names.h"
-#include "reduce_ops.h"
-#include "reducers.h"
+#include "reductions.h"
 #include "torch_errors.h"
 
 namespace torch_segops {
@@ -42,8 +41,8 @@ struct SegmentOps {
                                                               const Tensor* given_out, const Tensor* given_arg) {
     const char* op = op_names(kOpSegmentCsr).name;
     const CsrArgs a = make_csr_args(src, indptr, op);
-    constexpr bool with_arg = ReduceOp<R>::kHasArg;
-    dispatch_dtype(src.scalar_type(), R == Reduce::Sum || R == Reduce::Mul || with_arg, op, "src", [](auto) {});
+    constexpr bool with_arg = Reduction<R>::kHasArg;
+    dispatch_dtype(src.scalar_type(), Reduction<R>::kIntegers, op, "src", [](auto) {});
     Backend be(a, kOpSegmentCsr);
     be.check_indptr(a, a.N, op_names(kOpSegmentCsr).limit_what);
     const std::vector<int64_t> sizes = sizes_with_dim(src, a.dim, a.S);
@@ -55,12 +54,12 @@ struct SegmentOps {
     return {out, arg};
   }
 
-  // The ops of reduction R (reduce_ops.h): segment_<name>, and segment_<name>_out in its two forms.
+  // The ops of reduction R (reductions.h): segment_<name>, and segment_<name>_out in its two forms.
   template <Reduce R>
-  static std::conditional_t<ReduceOp<R>::kHasArg, std::tuple<Tensor, Tensor>, Tensor> segment(Tensor src,
+  static std::conditional_t<Reduction<R>::kHasArg, std::tuple<Tensor, Tensor>, Tensor> segment(Tensor src,
                                                                                                 Tensor indptr) {
     auto [out, arg] = reduce_into<R>(src, indptr, nullptr, nullptr);
-    if constexpr (ReduceOp<R>::kHasArg) {
+    if constexpr (Reduction<R>::kHasArg) {
       return {out, *arg};
     } else {
       return out;
@@ -138,7 +137,7 @@ void register_segment_ops(Library& m) {
   using O = SegmentOps<Backend>;
   for_each_reduce([&](auto r) {
     constexpr Reduce R = decltype(r)::value;
-    using Names = ReduceOp<R>;
+    using Names = Reduction<R>;
     m.impl(Names::name, TORCH_BOX((&guarded<&O::template segment<R>, Names::name>::call)));
     if constexpr (Names::kHasArg) {
       m.impl(Names::out_name, TORCH_BOX((&guarded<&O::template segment_arg_out<R>, Names::out_name>::call)));

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import _reduced_shape, check_same_device
+from ._reductions import REDUCTIONS
 
 _ops = torch.ops.torch_segops
 _LIB = "torch_segops::"
@@ -16,17 +17,17 @@ _LIB = "torch_segops::"
 # first checks that every tensor is on one device, or it would return uninitialised memory.
 
 
-# One op per reduction (src/csrc/reduce_ops.h): segment_<name> and segment_<name>_out.
-REDUCE_OPS = ("sum", "mean", "min", "max", "logsumexp", "mul")
-WITH_ARG = ("min", "max")  # these also return the argmin/argmax
+# One op per reduction (_reductions.py, src/csrc/reductions.h): segment_<name> and segment_<name>_out.
 
 
 def _segment_reduce_fake(reduce: str):
+    with_arg = REDUCTIONS[reduce].has_arg
+
     def fake(src: Tensor, indptr: Tensor):
         check_same_device(f"segment_{reduce}", ["src", "indptr"], [src, indptr])
         torch._check(indptr.dim() >= 1 and indptr.dim() <= src.dim(), lambda: "torch_segops: bad indptr dims")
         shape = _reduced_shape(src, indptr, indptr.shape[-1] - 1)
-        if reduce in WITH_ARG:
+        if with_arg:
             return src.new_empty(shape), src.new_empty(shape, dtype=torch.long)
         return src.new_empty(shape)
     return fake
@@ -38,7 +39,7 @@ def _segment_reduce_out_fake(reduce: str):
     return fake
 
 
-for _reduce in REDUCE_OPS:
+for _reduce in REDUCTIONS:
     torch.library.register_fake(f"{_LIB}segment_{_reduce}", _segment_reduce_fake(_reduce))
     torch.library.register_fake(f"{_LIB}segment_{_reduce}_out", _segment_reduce_out_fake(_reduce))
 
@@ -71,75 +72,28 @@ def _segment_softmax_backward_fake(grad: Tensor, out: Tensor, indptr: Tensor):
 # ---- autograd ---------------------------------------------------------------------------------------
 
 
-def _segment_lengths(indptr: Tensor, like: Tensor) -> Tensor:
-    """Segment lengths shaped to broadcast against a reduced tensor ``like`` (features trailing)."""
-    dim = indptr.dim() - 1
-    counts = (indptr[..., 1:] - indptr[..., :-1]).clamp(min=1).to(like.dtype)
-    return counts.view(list(counts.shape) + [1] * (like.dim() - dim - 1))
-
-
-def _product_backward(grad_out: Tensor, src: Tensor, indptr: Tensor, n: int) -> Tensor:
-    """Gradient of segment_mul: grad times the product of the other entries of the segment, exact where the
-    segment holds zeros (no division by one), and itself differentiable: with Pz the product of the
-    segment's non-zero entries, Z the product of its zero entries (1 without any) and c their count,
-      x_i != 0:  Pz * Z / x_i
-      x_i == 0:  Pz if c == 1;  Pz * (the other zero) if c == 2, written S0 - x_i (S0: the sum of the zero
-                 entries), whose value is 0 and whose derivative is right; 0 if c > 2.
-    (A plain Pz * Z / x_i or prod / x_i would lose the second derivatives through the zeros.)"""
-    zero = src == 0
-    pz = _ops.segment_mul(torch.where(zero, torch.ones_like(src), src), indptr)
-    z = _ops.segment_mul(torch.where(zero, src, torch.ones_like(src)), indptr)
-    s0 = _ops.segment_sum(torch.where(zero, src, torch.zeros_like(src)), indptr)
-    count = _ops.segment_sum(zero.to(src.dtype), indptr)
-
-    def rows(t: Tensor) -> Tensor:
-        return _ops.gather_csr(t, indptr, n)
-
-    grad, pz, count = rows(grad_out), rows(pz), rows(count)
-    x = torch.where(zero, torch.ones_like(src), src)
-    at_zero = torch.where(count == 1, torch.ones_like(src),
-                          torch.where(count == 2, rows(s0) - src, torch.zeros_like(src)))
-    return grad * pz * torch.where(zero, at_zero, rows(z) / x)
-
-
 def _segment_reduce_autograd(reduce: str):
-    """(setup_context, backward) of the op segment_<reduce>."""
+    """(setup_context, backward) of the op segment_<reduce>: the table's backward, given what it saves."""
+    r = REDUCTIONS[reduce]
 
     def setup(ctx, inputs, output):
         src, indptr = inputs
         ctx.n = src.size(indptr.dim() - 1)
-        if reduce == "logsumexp" or reduce == "mul":
-            ctx.save_for_backward(src, indptr)
-        elif reduce in WITH_ARG:
+        if r.saves == "src":
+            ctx.save_for_backward(indptr, src)
+        elif r.saves == "arg":
             ctx.save_for_backward(indptr, output[1])
         else:
             ctx.save_for_backward(indptr)
 
     def backward(ctx, grad_out, *grad_arg):
-        if reduce == "logsumexp":
-            src, indptr = ctx.saved_tensors
-            return _ops.segment_softmax(src, indptr) * _ops.gather_csr(grad_out, indptr, ctx.n), None
-        if reduce == "mul":
-            src, indptr = ctx.saved_tensors
-            return _product_backward(grad_out, src, indptr, ctx.n), None
-        if reduce == "sum":
-            (indptr,) = ctx.saved_tensors
-            return _ops.gather_csr(grad_out, indptr, ctx.n), None
-        if reduce == "mean":
-            (indptr,) = ctx.saved_tensors
-            return _ops.gather_csr(grad_out / _segment_lengths(indptr, grad_out), indptr, ctx.n), None
-        # min/max: the gradient flows to the arg position only; empty segments point at row n (dropped).
-        indptr, arg = ctx.saved_tensors
-        dim = indptr.dim() - 1
-        shape = list(grad_out.shape)
-        shape[dim] = ctx.n + 1
-        grad_src = grad_out.new_zeros(shape).scatter(dim, arg, grad_out)
-        return grad_src.narrow(dim, 0, ctx.n), None
+        indptr, *saved = ctx.saved_tensors
+        return r.backward(grad_out, indptr, ctx.n, saved[0] if saved else None), None
 
     return setup, backward
 
 
-for _reduce in REDUCE_OPS:
+for _reduce in REDUCTIONS:
     _setup, _backward = _segment_reduce_autograd(_reduce)
     torch.library.register_autograd(f"{_LIB}segment_{_reduce}", _backward, setup_context=_setup)
 del _reduce, _setup, _backward

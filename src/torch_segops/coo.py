@@ -26,8 +26,8 @@ from torch import Tensor
 
 from ._arguments import check_same_device, size_arg
 from ._coo_kernel import index_offsets, naming
-from ._registrations import _segment_lengths
-from .ops import _check_out, _check_reduce, _check_type, _reduced_shape, _segment_reduce, _write_out
+from ._reductions import combine_rule, has_arg, reduction_of, run, segment_lengths, sums_integers_then_divides
+from .ops import _check_out, _check_type, _reduced_shape, _write_out
 
 _ops = torch.ops.torch_segops
 
@@ -88,19 +88,22 @@ def _div_count(total: Tensor, count: Tensor, rounding: str) -> Tensor:
     return torch.div(total, count, rounding_mode=rounding)
 
 
-def _reduce_into(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Tensor, n: int,
+def _reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n: int,
                  counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
-    """Reduce a fresh reduction into ``out``'s current values (COO and scatter semantics) and write the
-    result into ``out``. ``values`` holds the segment sums for mean (divided here, after adding out's
-    values). For min/max, ``out_i`` wins ties and empty segments (its arg is then ``n``, src.size(dim))."""
+    """Reduce a fresh reduction into ``out``'s current values (COO and scatter semantics) by a combine rule of
+    _reductions.py and write the result into ``out``. ``values`` holds the segment sums for "mean" (divided
+    here, after adding out's values). For "min"/"max", ``out_i`` wins ties and empty segments (its arg is then
+    ``n``, src.size(dim))."""
     _check_out(fn, out, values.dtype, values.device, list(values.shape))
-    if reduce == "sum" or reduce == "add":
+    if rule == "add":
         return out.copy_(out + values), arg
-    if reduce == "mul":
+    if rule == "mul":
         return out.copy_(out * values), arg
-    if reduce == "mean":
+    if rule == "mean":
         return out.copy_(_div_count(out + values, counts, rounding)), arg
-    better = values < out if reduce == "min" else values > out
+    if rule != "min" and rule != "max":
+        raise ValueError(f"torch_segops.{fn}: no out= combine rule '{rule}'")
+    better = values < out if rule == "min" else values > out
     if values.is_floating_point():  # a NaN wins (first NaN kept), as in the segment reductions
         better = better | (values.isnan() & ~out.isnan())
     better = better & (arg != n)  # an empty segment has nothing to offer
@@ -127,19 +130,20 @@ def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], red
     dim = indptr.dim() - 1
     n = src.size(dim)
     integer = not src.is_floating_point() and not src.is_complex()
-    if reduce == "mean" and (out is not None or integer):
+    rule = combine_rule(reduce)
+    if rule == "mean" and (out is not None or (integer and sums_integers_then_divides(reduce))):
         # the sum now, divided by the counts with out's values added (or the integer division)
         total = _ops.segment_sum(src, indptr)
-        counts = _segment_lengths(indptr, total)
+        counts = segment_lengths(indptr, total)
         if out is None:
             return _div_count(total, counts, rounding), indptr.new_empty([0])
-        return _reduce_into(fn, out, reduce, total, indptr.new_empty([0]), n, counts, rounding)
-    values, arg = _segment_reduce(src, indptr, reduce)
-    if perm is not None and (reduce == "min" or reduce == "max"):
+        return _reduce_into(fn, out, rule, total, indptr.new_empty([0]), n, counts, rounding)
+    values, arg = run(src, indptr, reduce)
+    if perm is not None and has_arg(reduce):
         arg = _original_arg(arg, perm, dim, n)
     if out is None:
         return values, arg
-    return _reduce_into(fn, out, reduce, values, arg, n, values, rounding)
+    return _reduce_into(fn, out, rule, values, arg, n, values, rounding)
 
 
 def _segment_coo(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
@@ -181,8 +185,7 @@ def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_si
                 reduce: str = "sum") -> Tensor:
     """pytorch_scatter's ``segment_coo``: reduce the rows of ``src`` by their sorted ``index``; also
     ``reduce="mul"`` (as :func:`torch_segops.segment_csr`: empty segments 1; with ``out``, multiplied in)."""
-    _check_reduce("segment_coo", reduce)
-    return _segment_coo("segment_coo", src, index, out, dim_size, reduce)[0]
+    return _segment_coo("segment_coo", src, index, out, dim_size, reduction_of("segment_coo", reduce))[0]
 
 
 def _one_pass_gather(src: Tensor, index: Tensor) -> bool:

@@ -19,24 +19,15 @@ import torch
 from torch import Tensor
 
 from ._arguments import _reduced_shape, check_same_device, dtype_name, size_arg
-from ._registrations import _segment_lengths
+from ._reductions import no_arg, reduction_of, run, run_out, segment_lengths, sums_integers_then_divides
 
 _ops = torch.ops.torch_segops
-
-REDUCTIONS = ("sum", "add", "mean", "mul", "min", "max")
 
 
 def _check_type(fn: str, name: str, value) -> None:
     """Eager only: a clear TypeError for a non-tensor argument (TorchScript checks types itself)."""
     if not isinstance(value, Tensor):
         raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor, got {type(value).__name__}")
-
-
-def _check_reduce(fn: str, reduce: str) -> None:
-    # REDUCTIONS (a literal: TorchScript reads no globals)
-    if reduce not in ["sum", "add", "mean", "mul", "min", "max"]:
-        raise ValueError(f"torch_segops.{fn}: reduce must be one of 'sum', 'add', 'mean', 'mul', 'min', 'max', "
-                         f"got '{reduce}'")
 
 
 def _check_tensors(fn: str, src: Tensor, indptr: Tensor) -> None:
@@ -112,69 +103,24 @@ def _integer_mean(src: Tensor, indptr: Tensor) -> Tensor:
     """pytorch_scatter's integer mean: the sum in the integer type divided by the segment length with
     C++ integer division (truncation toward zero); an empty segment gives 0."""
     total = _ops.segment_sum(src, indptr)
-    return torch.div(total, _segment_lengths(indptr, total), rounding_mode="trunc")
-
-
-def _no_arg(src: Tensor) -> Tensor:
-    """The arg of a reduction without one (sum, mean, mul, logsumexp): an empty int64 tensor."""
-    return torch.empty([0], dtype=torch.long, device=src.device)
-
-
-def _segment_reduce(src: Tensor, indptr: Tensor, reduce: str) -> Tuple[Tensor, Tensor]:
-    """(values, arg) of the compiled op of ``reduce`` ("sum"/"add", "mean", "mul", "min", "max", "logsumexp"):
-    the one place that maps a reduce name to its op (one op per reduction, no string crosses into C++:
-    docs/design.md). arg is the argmin/argmax for min/max, empty otherwise."""
-    if reduce == "sum" or reduce == "add":
-        return _ops.segment_sum(src, indptr), _no_arg(src)
-    if reduce == "mean":
-        return _ops.segment_mean(src, indptr), _no_arg(src)
-    if reduce == "mul":
-        return _ops.segment_mul(src, indptr), _no_arg(src)
-    if reduce == "min":
-        return _ops.segment_min(src, indptr)
-    if reduce == "max":
-        return _ops.segment_max(src, indptr)
-    if reduce == "logsumexp":
-        return _ops.segment_logsumexp(src, indptr), _no_arg(src)
-    raise ValueError(f"torch_segops: unknown reduction '{reduce}'")
-
-
-def _segment_reduce_out(src: Tensor, indptr: Tensor, reduce: str, out: Tensor) -> Tensor:
-    """_segment_reduce written into ``out`` (checked by the caller) by the op's out= form; returns arg."""
-    if reduce == "min" or reduce == "max":
-        arg = torch.empty(out.shape, dtype=torch.long, device=src.device)
-        if reduce == "min":
-            _ops.segment_min_out(src, indptr, out, arg)
-        else:
-            _ops.segment_max_out(src, indptr, out, arg)
-        return arg
-    if reduce == "sum" or reduce == "add":
-        _ops.segment_sum_out(src, indptr, out)
-    elif reduce == "mean":
-        _ops.segment_mean_out(src, indptr, out)
-    elif reduce == "mul":
-        _ops.segment_mul_out(src, indptr, out)
-    elif reduce == "logsumexp":
-        _ops.segment_logsumexp_out(src, indptr, out)
-    else:
-        raise ValueError(f"torch_segops: unknown reduction '{reduce}'")
-    return _no_arg(src)
+    return torch.div(total, segment_lengths(indptr, total), rounding_mode="trunc")
 
 
 def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """(values, arg) of reduce; values written into ``out`` when given (arg is empty for sum/mean)."""
+    """(values, arg) of the reduction named ``reduce`` (_reductions.py); values written into ``out`` when
+    given (arg is empty for a reduction without one)."""
     _check_tensors(fn, src, indptr)
     indptr = _nonempty_indptr(indptr)
-    integer_mean = reduce == "mean" and not src.is_floating_point() and not src.is_complex()
+    integer_mean = sums_integers_then_divides(reduce) and not src.is_floating_point() and not src.is_complex()
     if not torch.jit.is_scripting():
         if out is not None and not integer_mean and _in_place(out, src, indptr):
             shape = _reduced_shape(src, indptr, indptr.size(-1) - 1)
             _check_out(fn, out, src.dtype, src.device, shape)
-            return out, _segment_reduce_out(src, indptr, reduce, out)
+            return out, run_out(src, indptr, reduce, out)
     if integer_mean:
-        values, arg = _integer_mean(src, indptr), _no_arg(src)
+        values, arg = _integer_mean(src, indptr), no_arg(src)
     else:
-        values, arg = _segment_reduce(src, indptr, reduce)
+        values, arg = run(src, indptr, reduce)
     return _write_out(fn, out, values), arg
 
 
@@ -207,8 +153,7 @@ def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduc
     """pytorch_scatter's ``segment_csr``: reduce each CSR segment with sum/add/mean/min/max; also mul
     (not in pytorch_scatter's segment_csr): the product, 1 for an empty segment (the empty product, what
     pytorch_scatter's scatter_mul leaves where nothing is scattered); integer products wrap on overflow."""
-    _check_reduce("segment_csr", reduce)
-    return _reduce("segment_csr", src, indptr, reduce, out)[0]
+    return _reduce("segment_csr", src, indptr, reduction_of("segment_csr", reduce), out)[0]
 
 
 def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, size: Optional[int] = None) -> Tensor:

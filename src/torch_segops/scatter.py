@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
 from ._coo_kernel import index_offsets, naming
+from ._reductions import combine_rule, has_arg, reduction_of
 from .coo import _reduce_csr, _reduce_into
 from .ops import _check_type
 
@@ -186,16 +187,17 @@ def _scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size
     shape[dim] = max(size, 0)
     # zeros (ones for mul) that stay connected to src for autograd (a reduction over an empty dim or of no
     # elements)
-    if reduce == "mul":
+    rule = "mul" if combine_rule(reduce) == "mul" else "add"  # out unchanged: times 1, or plus 0
+    if rule == "mul":
         values = src.prod(dim, keepdim=True, dtype=src.dtype).expand(shape)
     else:
         values = src.sum(dim, keepdim=True, dtype=src.dtype).expand(shape)
     arg = torch.full(shape, src.size(dim), dtype=torch.long, device=src.device)
-    if reduce != "min" and reduce != "max":
+    if not has_arg(reduce):
         arg = arg.new_empty([0])
     if out is None:
         return values.contiguous(), arg
-    return _reduce_into(fn, out, "mul" if reduce == "mul" else "sum", values, arg, src.size(dim), values, "floor")
+    return _reduce_into(fn, out, rule, values, arg, src.size(dim), values, "floor")
 
 
 def _eager_arg_types(fn: str, src, index, dim, out, dim_size) -> Tuple[int, Optional[int]]:
@@ -274,7 +276,7 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
     moved_out = out.movedim(dim, last) if out is not None else None
     perm, indptr = _order(fn, full, size, index)
     values, arg = _scatter_ordered(fn, src.movedim(dim, last), perm, indptr, last, moved_out, reduce)
-    if reduce == "min" or reduce == "max":
+    if has_arg(reduce):
         arg = arg.movedim(last, dim)
     if out is not None:
         return out, arg
@@ -323,7 +325,4 @@ def scatter_max(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
 def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None, dim_size: Optional[int] = None,
             reduce: str = "sum", plan: Optional[ScatterPlan] = None) -> Tensor:
     """pytorch_scatter's ``scatter`` with reduce sum/add/mul/mean/min/max, deterministic."""
-    if reduce not in ["sum", "add", "mul", "mean", "min", "max"]:
-        raise ValueError(f"torch_segops.scatter: reduce must be one of 'sum', 'add', 'mul', 'mean', 'min', 'max', "
-                         f"got '{reduce}'")
-    return _scatter("scatter", src, index, dim, out, dim_size, reduce, plan)[0]
+    return _scatter("scatter", src, index, dim, out, dim_size, reduction_of("scatter", reduce), plan)[0]

@@ -32,6 +32,7 @@
 #include "index_math.h"
 #include "merge_path.h"
 #include "reducers.h"
+#include "reductions.h"
 #include "tensor_ptr.h"
 
 #ifndef SEGOPS_CPU_ISA
@@ -250,18 +251,6 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
   });
 }
 
-template <typename A, typename F>
-void dispatch_reduce(Reduce r, const F& f) {
-  switch (r) {
-    case Reduce::Sum: return f(TypeTag<SumOp<A>>{});
-    case Reduce::Mean: return f(TypeTag<MeanOp<A>>{});
-    case Reduce::Min: return f(TypeTag<ArgExtremumOp<A, false>>{});
-    case Reduce::Max: return f(TypeTag<ArgExtremumOp<A, true>>{});
-    case Reduce::LogSumExp: return f(TypeTag<LogSumExpOp<A>>{});
-    case Reduce::Mul: return f(TypeTag<ProdOp<A>>{});
-  }
-}
-
 // ---- expansions ------------------------------------------------------------------------------------
 
 // out is [B, R, F]. Row r of batch b inside [indptr[0], indptr[S]) belongs to segment s and gets
@@ -301,7 +290,7 @@ void segment_reduce_kernel(const CsrArgs& a, Reduce r, const Tensor& out, const 
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const ArrayLoad<T> load{cptr<T>(a.src), a.src.numel()};
-    dispatch_reduce<A>(r, [&](auto op_tag) {
+    visit_reducer<A>(r, [&](auto op_tag) {
       using Op = typename decltype(op_tag)::type;
       reduce_csr<Op>(a, load, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr);
     });

@@ -7,7 +7,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "csr_args.h"
-#include "reducers.h"
+#include "reductions.h"
 
 namespace torch_segops {
 namespace cpu {

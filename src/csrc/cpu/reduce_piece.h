@@ -173,7 +173,7 @@ template <class Op, class Load>
 [[gnu::always_inline]] inline void reduce_piece_one_pass(typename Op::State* st, const Load& load, int64_t elem0,
                                                          int64_t F, int64_t fn, int64_t pos0, int64_t count) {
 #if defined(__AVX2__)
-  if constexpr (is_array_load<Load>::value && std::is_same_v<typename Op::State, SumOp<float>::State>) {
+  if constexpr (is_array_load<Load>::value && kAddsFloats<Op>) {
     if constexpr (kSumsInAvx2<typename is_array_load<Load>::type>) {
       if (F == 1) {
         st[0].v = sum_avx2(load.x + elem0, count, load.n - elem0);

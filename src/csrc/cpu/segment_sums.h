@@ -23,7 +23,7 @@ SEGOPS_ISA_NAMESPACE_BEGIN
 // Whether sum_segments_f1 serves Op over this load: a float sum or mean of float, bfloat16 or float16.
 template <class Op, class Load> constexpr bool kSumsSegmentsF1 = [] {
   if constexpr (is_array_load<Load>::value) {
-    return std::is_same_v<typename Op::State, SumOp<float>::State> &&
+    return kAddsFloats<Op> &&
            kSumsInAvx2<typename is_array_load<Load>::type>;
   } else {
     return false;

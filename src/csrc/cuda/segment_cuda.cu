@@ -42,6 +42,7 @@
 #include "platform.h"
 #include "cuda/segment_kernels.cuh"
 #include "reducers.h"
+#include "reductions.h"
 #include "segment_ops.h"
 #include "tensor_ptr.h"
 
@@ -339,26 +340,6 @@ template <typename A> constexpr ScalarType scalar_type_of() {
   }
 }
 
-// The reducers valid for T (integer dtypes: sum, min, max, mul; make_csr_args' dtype dispatch already
-// rejected the others, so they are not instantiated).
-template <typename T, typename F>
-void dispatch_reduce(Reduce r, const F& f) {
-  using A = acc_t<T>;
-  switch (r) {
-    case Reduce::Sum: return f(TypeTag<SumOp<A>>{});
-    case Reduce::Min: return f(TypeTag<ArgExtremumOp<A, false>>{});
-    case Reduce::Max: return f(TypeTag<ArgExtremumOp<A, true>>{});
-    case Reduce::Mul: return f(TypeTag<ProdOp<A>>{});
-    case Reduce::Mean:
-      if constexpr (std::is_floating_point_v<A>) return f(TypeTag<MeanOp<A>>{});
-      break;
-    case Reduce::LogSumExp:
-      if constexpr (std::is_floating_point_v<A>) return f(TypeTag<LogSumExpOp<A>>{});
-      break;
-  }
-  throw std::logic_error("torch_segops: reducer not available for this dtype");
-}
-
 // ---- the kernels for the shared entry points (segment_ops.h) -------------------------------------------
 
 // Runs f(tag) for the floating-point dtypes (the shared layer has rejected the others with the CPU's
@@ -416,7 +397,7 @@ struct CudaBackend {
     dispatch_dtype(a.src.scalar_type(), true, op, "src", [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* x = cptr<T>(a.src);
-      dispatch_reduce<T>(r, [&](auto op_tag) {
+      visit_reducer<acc_t<T>>(r, [&](auto op_tag) {
         using Op = typename decltype(op_tag)::type;
         reduce_with<Op>(SrcLoad<T>{x}, mptr<T>(out), arg != nullptr ? mptr<int64_t>(*arg) : nullptr, a.N,
                         aligned16(x));

@@ -1,0 +1,170 @@
+"""The reductions, in one table: the Python half of ``src/csrc/reductions.h``. For each one: the compiled ops
+it runs, the ``reduce=`` names that select it, how integer ``src`` reduces, how the COO and scatter functions
+reduce into an ``out=`` tensor's values, and its gradient. ops.py, coo.py, scatter.py and _registrations.py
+read it; nothing else interprets a reduction's name. Adding a reduction: docs/design.md, "Adding a reduction".
+
+The public wrappers compile with ``torch.jit.script``, which reads no Python globals, so the functions they
+call (``reduction_of`` down to ``run_out``) spell the table's facts as literals; tests/test_reductions.py
+checks each of them against ``REDUCTIONS``, and ``REDUCTIONS`` against the C++ list.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+_ops = torch.ops.torch_segops
+
+
+class Reduction(NamedTuple):
+    name: str  # the ops segment_<name> and segment_<name>_out
+    reduce_names: Tuple[str, ...]  # the reduce= strings that select it (none: only its own function)
+    has_arg: bool  # the op also returns the argmin/argmax
+    integers: str  # "native": the kernel; "sum_then_divide": the integer sum divided by the count; "refused"
+    combine: str  # COO/scatter out=: "add", "mul", "mean" (sums, divided after), "min", "max"; "" none
+    saves: str  # what the backward reads besides indptr: "src", "arg" or ""
+    backward: Callable[[Tensor, Tensor, int, Optional[Tensor]], Tensor]  # (grad_out, indptr, n, saved) -> grad_src
+
+
+# ---- gradients ---------------------------------------------------------------------------------------
+
+
+def segment_lengths(indptr: Tensor, like: Tensor) -> Tensor:
+    """Segment lengths (at least 1) shaped to broadcast against a reduced tensor ``like`` (features trailing)."""
+    dim = indptr.dim() - 1
+    counts = (indptr[..., 1:] - indptr[..., :-1]).clamp(min=1).to(like.dtype)
+    return counts.view(list(counts.shape) + [1] * (like.dim() - dim - 1))
+
+
+def _sum_backward(grad_out: Tensor, indptr: Tensor, n: int, saved: Optional[Tensor]) -> Tensor:
+    return _ops.gather_csr(grad_out, indptr, n)
+
+
+def _mean_backward(grad_out: Tensor, indptr: Tensor, n: int, saved: Optional[Tensor]) -> Tensor:
+    return _ops.gather_csr(grad_out / segment_lengths(indptr, grad_out), indptr, n)
+
+
+def _extremum_backward(grad_out: Tensor, indptr: Tensor, n: int, arg: Optional[Tensor]) -> Tensor:
+    """min/max: the gradient flows to the arg position only; empty segments point at row n (dropped)."""
+    dim = indptr.dim() - 1
+    shape = list(grad_out.shape)
+    shape[dim] = n + 1
+    return grad_out.new_zeros(shape).scatter(dim, arg, grad_out).narrow(dim, 0, n)
+
+
+def _logsumexp_backward(grad_out: Tensor, indptr: Tensor, n: int, src: Optional[Tensor]) -> Tensor:
+    return _ops.segment_softmax(src, indptr) * _ops.gather_csr(grad_out, indptr, n)
+
+
+def _product_backward(grad_out: Tensor, indptr: Tensor, n: int, src: Optional[Tensor]) -> Tensor:
+    """Gradient of segment_mul: grad times the product of the other entries of the segment, exact where the
+    segment holds zeros (no division by one), and itself differentiable: with Pz the product of the
+    segment's non-zero entries, Z the product of its zero entries (1 without any) and c their count,
+      x_i != 0:  Pz * Z / x_i
+      x_i == 0:  Pz if c == 1;  Pz * (the other zero) if c == 2, written S0 - x_i (S0: the sum of the zero
+                 entries), whose value is 0 and whose derivative is right; 0 if c > 2.
+    (A plain Pz * Z / x_i or prod / x_i would lose the second derivatives through the zeros.)"""
+    zero = src == 0
+    pz = _ops.segment_mul(torch.where(zero, torch.ones_like(src), src), indptr)
+    z = _ops.segment_mul(torch.where(zero, src, torch.ones_like(src)), indptr)
+    s0 = _ops.segment_sum(torch.where(zero, src, torch.zeros_like(src)), indptr)
+    count = _ops.segment_sum(zero.to(src.dtype), indptr)
+
+    def rows(t: Tensor) -> Tensor:
+        return _ops.gather_csr(t, indptr, n)
+
+    grad, pz, count = rows(grad_out), rows(pz), rows(count)
+    x = torch.where(zero, torch.ones_like(src), src)
+    at_zero = torch.where(count == 1, torch.ones_like(src),
+                          torch.where(count == 2, rows(s0) - src, torch.zeros_like(src)))
+    return grad * pz * torch.where(zero, at_zero, rows(z) / x)
+
+
+# ---- the table ---------------------------------------------------------------------------------------
+
+REDUCTIONS: Dict[str, Reduction] = {r.name: r for r in (
+    Reduction("sum", ("sum", "add"), False, "native", "add", "", _sum_backward),
+    Reduction("mean", ("mean",), False, "sum_then_divide", "mean", "", _mean_backward),
+    Reduction("mul", ("mul",), False, "native", "mul", "src", _product_backward),
+    Reduction("min", ("min",), True, "native", "min", "arg", _extremum_backward),
+    Reduction("max", ("max",), True, "native", "max", "arg", _extremum_backward),
+    # segment_logsumexp_csr and the softmax composites only: no reduce= name selects it
+    Reduction("logsumexp", (), False, "refused", "", "src", _logsumexp_backward),
+)}
+
+
+# ---- scriptable (literals; tests/test_reductions.py checks them against REDUCTIONS) ----------------------
+
+
+def reduction_of(fn: str, reduce: str) -> str:
+    """The reduction that ``reduce=`` of the public function ``fn`` selects ("add" is "sum"), or a ValueError
+    that names the accepted values."""
+    if reduce == "sum" or reduce == "add":
+        return "sum"
+    if reduce == "mean" or reduce == "mul" or reduce == "min" or reduce == "max":
+        return reduce
+    raise ValueError(f"torch_segops.{fn}: reduce must be one of 'sum', 'add', 'mean', 'mul', 'min', 'max', "
+                     f"got '{reduce}'")
+
+
+def has_arg(name: str) -> bool:
+    return name == "min" or name == "max"
+
+
+def sums_integers_then_divides(name: str) -> bool:
+    """Integer src is reduced as the integer sum divided by the count (the kernels refuse it)."""
+    return name == "mean"
+
+
+def combine_rule(name: str) -> str:
+    if name == "sum":
+        return "add"
+    if name == "mean" or name == "mul" or name == "min" or name == "max":
+        return name
+    return ""
+
+
+def no_arg(src: Tensor) -> Tensor:
+    """The arg of a reduction without one: an empty int64 tensor."""
+    return torch.empty([0], dtype=torch.long, device=src.device)
+
+
+def run(src: Tensor, indptr: Tensor, name: str) -> Tuple[Tensor, Tensor]:
+    """(values, arg) of the compiled op of reduction ``name``; arg is empty unless has_arg(name)."""
+    if name == "sum":
+        return _ops.segment_sum(src, indptr), no_arg(src)
+    if name == "mean":
+        return _ops.segment_mean(src, indptr), no_arg(src)
+    if name == "mul":
+        return _ops.segment_mul(src, indptr), no_arg(src)
+    if name == "min":
+        return _ops.segment_min(src, indptr)
+    if name == "max":
+        return _ops.segment_max(src, indptr)
+    if name == "logsumexp":
+        return _ops.segment_logsumexp(src, indptr), no_arg(src)
+    raise ValueError(f"torch_segops: unknown reduction '{name}'")
+
+
+def run_out(src: Tensor, indptr: Tensor, name: str, out: Tensor) -> Tensor:
+    """run written into ``out`` (checked by the caller) by the op's out= form; returns arg."""
+    if name == "min" or name == "max":
+        arg = torch.empty(out.shape, dtype=torch.long, device=src.device)
+        if name == "min":
+            _ops.segment_min_out(src, indptr, out, arg)
+        else:
+            _ops.segment_max_out(src, indptr, out, arg)
+        return arg
+    if name == "sum":
+        _ops.segment_sum_out(src, indptr, out)
+    elif name == "mean":
+        _ops.segment_mean_out(src, indptr, out)
+    elif name == "mul":
+        _ops.segment_mul_out(src, indptr, out)
+    elif name == "logsumexp":
+        _ops.segment_logsumexp_out(src, indptr, out)
+    else:
+        raise ValueError(f"torch_segops: unknown reduction '{name}'")
+    return no_arg(src)
