@@ -28,7 +28,7 @@ class Reduction(NamedTuple):
     backward: Callable[[Tensor, Tensor, int, Optional[Tensor]], Tensor]  # (grad_out, indptr, n, saved) -> grad_src
 
 
-# ---- gradients ---------------------------------------------------------------------------------------
+# ---- means and gradients ---------------------------------------------------------------------------------------
 
 
 def segment_lengths(indptr: Tensor, like: Tensor) -> Tensor:
@@ -36,6 +36,20 @@ def segment_lengths(indptr: Tensor, like: Tensor) -> Tensor:
     dim = indptr.dim() - 1
     counts = (indptr[..., 1:] - indptr[..., :-1]).clamp(min=1).to(like.dtype)
     return counts.view(list(counts.shape) + [1] * (like.dim() - dim - 1))
+
+
+def divide_by_counts(total: Tensor, counts: Tensor, rounding: str) -> Tensor:
+    """total / counts: true division for floating dtypes; integer division (``rounding``: "trunc" for the
+    segment functions' C++ division, "floor" for scatter_mean) for integer ones."""
+    if total.is_floating_point():
+        return total / counts
+    return torch.div(total, counts, rounding_mode=rounding)
+
+
+def sum_then_divide(src: Tensor, indptr: Tensor, rounding: str) -> Tensor:
+    """The mean as the segment sums divided by the lengths (empty segments 0): mean's integer rule."""
+    total = _ops.segment_sum(src, indptr)
+    return divide_by_counts(total, segment_lengths(indptr, total), rounding)
 
 
 def _sum_backward(grad_out: Tensor, indptr: Tensor, n: int, saved: Optional[Tensor]) -> Tensor:

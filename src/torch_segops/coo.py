@@ -26,7 +26,8 @@ from torch import Tensor
 
 from ._arguments import check_same_device, size_arg
 from ._coo_kernel import index_offsets, naming
-from ._reductions import combine_rule, has_arg, reduction_of, run, segment_lengths, sums_integers_then_divides
+from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, segment_lengths, sum_then_divide,
+                          sums_integers_then_divides)
 from .ops import _check_out, _check_type, _reduced_shape, _write_out
 
 _ops = torch.ops.torch_segops
@@ -80,14 +81,6 @@ def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim
     return -1
 
 
-def _div_count(total: Tensor, count: Tensor, rounding: str) -> Tensor:
-    """total / count: true division for floating dtypes; integer division (``rounding``: "trunc" for
-    the segment functions' C++ division, "floor" for scatter_mean) for integer ones."""
-    if total.is_floating_point():
-        return total / count
-    return torch.div(total, count, rounding_mode=rounding)
-
-
 def _reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n: int,
                  counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
     """Reduce a fresh reduction into ``out``'s current values (COO and scatter semantics) by a combine rule of
@@ -100,7 +93,7 @@ def _reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n
     if rule == "mul":
         return out.copy_(out * values), arg
     if rule == "mean":
-        return out.copy_(_div_count(out + values, counts, rounding)), arg
+        return out.copy_(divide_by_counts(out + values, counts, rounding)), arg
     if rule != "min" and rule != "max":
         raise ValueError(f"torch_segops.{fn}: no out= combine rule '{rule}'")
     better = values < out if rule == "min" else values > out
@@ -131,13 +124,11 @@ def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], red
     n = src.size(dim)
     integer = not src.is_floating_point() and not src.is_complex()
     rule = combine_rule(reduce)
-    if rule == "mean" and (out is not None or (integer and sums_integers_then_divides(reduce))):
-        # the sum now, divided by the counts with out's values added (or the integer division)
+    if out is None and integer and sums_integers_then_divides(reduce):
+        return sum_then_divide(src, indptr, rounding), indptr.new_empty([0])
+    if out is not None and rule == "mean":  # the sum now, divided by the counts after out's values are added
         total = _ops.segment_sum(src, indptr)
-        counts = segment_lengths(indptr, total)
-        if out is None:
-            return _div_count(total, counts, rounding), indptr.new_empty([0])
-        return _reduce_into(fn, out, rule, total, indptr.new_empty([0]), n, counts, rounding)
+        return _reduce_into(fn, out, rule, total, indptr.new_empty([0]), n, segment_lengths(indptr, total), rounding)
     values, arg = run(src, indptr, reduce)
     if perm is not None and has_arg(reduce):
         arg = _original_arg(arg, perm, dim, n)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import _reduced_shape, check_same_device, dtype_name, size_arg
-from ._reductions import no_arg, reduction_of, run, run_out, segment_lengths, sums_integers_then_divides
+from ._reductions import no_arg, reduction_of, run, run_out, sum_then_divide, sums_integers_then_divides
 
 _ops = torch.ops.torch_segops
 
@@ -99,13 +99,6 @@ def _memory_overlaps(a: Tensor, b: Tensor) -> bool:
     return sa.data_ptr() < sb.data_ptr() + sb.nbytes() and sb.data_ptr() < sa.data_ptr() + sa.nbytes()
 
 
-def _integer_mean(src: Tensor, indptr: Tensor) -> Tensor:
-    """pytorch_scatter's integer mean: the sum in the integer type divided by the segment length with
-    C++ integer division (truncation toward zero); an empty segment gives 0."""
-    total = _ops.segment_sum(src, indptr)
-    return torch.div(total, segment_lengths(indptr, total), rounding_mode="trunc")
-
-
 def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(values, arg) of the reduction named ``reduce`` (_reductions.py); values written into ``out`` when
     given (arg is empty for a reduction without one)."""
@@ -118,7 +111,7 @@ def _reduce(fn: str, src: Tensor, indptr: Tensor, reduce: str, out: Optional[Ten
             _check_out(fn, out, src.dtype, src.device, shape)
             return out, run_out(src, indptr, reduce, out)
     if integer_mean:
-        values, arg = _integer_mean(src, indptr), no_arg(src)
+        values, arg = sum_then_divide(src, indptr, "trunc"), no_arg(src)  # C++ integer division
     else:
         values, arg = run(src, indptr, reduce)
     return _write_out(fn, out, values), arg
