@@ -43,6 +43,7 @@ template <Reduce R> struct Reduction;
 #define SEGOPS_REDUCTION_TRAITS(E, NAME, OP, ARG, INTS)                                                  \
   template <> struct Reduction<Reduce::E> {                                                              \
     template <typename A> using reducer = OP<A>;                                                         \
+    static_assert(OP<float>::kHasArg == ARG, "the row's has_arg must be its reducer's kHasArg");          \
     static constexpr bool kHasArg = ARG;                                                                 \
     static constexpr bool kIntegers = INTS;                                                              \
     static constexpr char short_name[] = NAME;                                                           \

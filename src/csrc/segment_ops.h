@@ -57,7 +57,7 @@ struct SegmentOps {
   // The ops of reduction R (reductions.h): segment_<name>, and segment_<name>_out in its two forms.
   template <Reduce R>
   static std::conditional_t<Reduction<R>::kHasArg, std::tuple<Tensor, Tensor>, Tensor> segment(Tensor src,
-                                                                                                Tensor indptr) {
+                                                                                                 Tensor indptr) {
     auto [out, arg] = reduce_into<R>(src, indptr, nullptr, nullptr);
     if constexpr (Reduction<R>::kHasArg) {
       return {out, *arg};
