@@ -246,7 +246,7 @@ def resources_markdown(rows: list[KernelResources]) -> str:
 # A __host__ function called from __host__ __device__ code is a mere warning to nvcc (#20011-D), and the call is
 # dropped from the device code: how Partition's search once compiled to nothing. The planted twin of that bug
 # (a host-only helper in a __host__ __device__ member of a kernel functor, launched through a template kernel).
-PLANTED_HOST_CALL = """#include "cuda/segment_kernels.cuh"
+PLANTED_HOST_CALL = """#include "cuda/drivers.cuh"
 namespace torch_segops { namespace cuda {
 inline int64_t planted_host_only(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct PlantedSearch {

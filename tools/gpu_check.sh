@@ -85,7 +85,7 @@ for stage in "${stages[@]}"; do
   sanitizer)
     # A reduced set (SAN_TESTS): 3 examples per property (hypothesis profile sanitizer), the fixed edge cases.
     # initcheck: no kernel reads workspace memory it has not written (every keyed state is written, see
-    # store_identity in segment_kernels.cuh); synccheck: barriers and shuffles of the block kernel.
+    # store_identity in device_primitives.cuh); synccheck: barriers and shuffles of the block kernel.
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
       step "compute-sanitizer --tool $tool"
       # without torch's caching allocator: a cached block that earlier kernels wrote hides an uninitialised

@@ -10,7 +10,7 @@ What it does, per benchmark case (the inputs of benchmarks/bench_cuda.py: same d
 sizes, 2^26 elements):
 
 1. Traces the kernels. research/gpu_model/trace_kernels.cpp (built here with g++) runs the real
-   drivers and kernels of src/csrc/cuda/segment_kernels.cuh on the CPU and records, for a sample of
+   drivers and kernels of src/csrc/cuda/*.cuh on the CPU and records, for a sample of
    warps, every global load and store (address, bytes, access site). Per launch it reports
    - sector efficiency: useful bytes / (32 x distinct 32-byte sectors) of each warp instruction (the
      k-th execution of an access site by the 32 lanes), and the distinct 128-byte lines of each (L1
@@ -117,7 +117,9 @@ RESOURCES_AT_CALIBRATION = "benchmarks/results/gpu-model-resources-sm90.json"
 # The calibration kernels' resources with their stack, spills and SASS local-memory counts (nvcc 13.0 -Xptxas -v
 # and cuobjdump -sass of commit 6bf4532's segment_cuda.cu; registers as in the file committed with it)
 CALIBRATION_RESOURCES = os.path.join(HERE, "results", "gpu-model-resources-sm90-6bf4532.json")
-SOURCES = ["src/csrc/cuda/segment_kernels.cuh", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
+SOURCES = [*(f"src/csrc/cuda/{f}.cuh" for f in ("device_primitives", "indptr_errors", "chunk_grid", "reduce_kernels",
+                                                "short_kernels", "block_kernels", "expand_kernels", "drivers")),
+           "src/csrc/cuda_plans.h", "src/csrc/index_math.h", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
            "src/csrc/reducers.h", "research/gpu_model/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
 

@@ -2,10 +2,10 @@
 // model in model.py (here), which builds this file (g++ -O2 -DSEGOPS_TRACE_ACCESSES) and runs it
 // once per benchmark case.
 //
-// It runs the real drivers and kernels of segment_kernels.cuh on the CPU (every thread, so that every
+// It runs the real drivers and kernels of src/csrc/cuda/ (drivers.cuh) on the CPU (every thread, so that every
 // kernel sees the intermediate results of the ones before it) and records, for a sample of warps, every
 // global memory access the kernels report (load_vec / store_vec / rd / rd_async / wr and the merge-path
-// search's offsets; see the tracing block at the top of segment_kernels.cuh). Per launch it prints one
+// search's offsets; see the tracing block at the top of device_primitives.cuh). Per launch it prints one
 // JSON line with, summed over the sampled warps:
 //   - instructions: a warp instruction is the k-th execution of one access site by each lane (lanes are
 //     assumed to run the same k-th access of a site together); its useful bytes and the distinct 32-byte
@@ -43,7 +43,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "cuda/segment_kernels.cuh"
+#include "cuda/drivers.cuh"
 #include "block_emulation.h"
 
 using namespace torch_segops;

@@ -17,4 +17,8 @@ namespace torch_segops {
 // ceil(a / b) for a >= 0, b > 0.
 SEGOPS_INDEX_MATH int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+SEGOPS_INDEX_MATH int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+SEGOPS_INDEX_MATH int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+SEGOPS_INDEX_MATH int64_t iclamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
 }  // namespace torch_segops

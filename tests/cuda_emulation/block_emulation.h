@@ -1,6 +1,6 @@
-// Host emulation of the CUDA block kernels of segment_kernels.cuh (no GPU). Not part of the library.
+// Host emulation of the CUDA block kernels of block_kernels.cuh (no GPU). Not part of the library.
 //
-// A block kernel (see "cooperative (block) kernels" in segment_kernels.cuh) is run here block by block;
+// A block kernel (see the top of block_kernels.cuh) is run here block by block;
 // each thread of a block is a fiber with its own stack, and a block's fibers run one at a time, each
 // until it reaches a barrier: blk.sync() (the whole block) or a shuffle (its warp). When every thread
 // of the block (of the warp, for a shuffle) has arrived, they are released together; so a kernel runs
@@ -266,7 +266,7 @@ class BlockRunner {
   }
 };
 
-// The Blk of a block kernel on the host (segment_kernels.cuh's DeviceBlock on the GPU).
+// The Blk of a block kernel on the host (block_kernels.cuh's DeviceBlock on the GPU).
 struct HostBlock {
   BlockRunner* r;
   int t;

@@ -1,6 +1,6 @@
 // Host emulation test of the CUDA kernels (no GPU needed). Not part of the library.
 //
-// Runs the real functors and drivers of segment_kernels.cuh on the CPU, through an Exec that stands in
+// Runs the real functors and drivers of src/csrc/cuda/ (drivers.cuh) on the CPU, through an Exec that stands in
 // for CudaCall: workspaces and shared memory filled with garbage; per-thread kernels thread by thread in
 // forward, reverse or shuffled order; block kernels block by block, each thread a fiber run phase by
 // phase between barriers and shuffles, in forward, reverse or shuffled order inside a phase
@@ -34,7 +34,7 @@
 // checks on a GPU).
 #define SEGOPS_TRACE_ACCESSES 1
 #include "cuda/error_messages.h"
-#include "cuda/segment_kernels.cuh"
+#include "cuda/drivers.cuh"
 #include "block_emulation.h"
 
 using namespace torch_segops;
@@ -110,7 +110,7 @@ void segops_trace_access(const void* p, int bytes, int kind, int site) {
       std::memset(w.written.data() + off, 1, n);
     } else if (std::find(w.written.begin() + off, w.written.begin() + off + n, 0) != w.written.begin() + off + n) {
       ++g_uninit_reads;
-      EXPECT(false, "a kernel read %d workspace bytes never written (segment_kernels.cuh line %d)", bytes, site);
+      EXPECT(false, "a kernel read %d workspace bytes never written (device_primitives.cuh line %d)", bytes, site);
     }
     return;
   }

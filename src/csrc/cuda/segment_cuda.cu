@@ -2,7 +2,7 @@
 // dispatch key, through the stable ABI.
 //
 // The kernels (per-thread and block functors) and the host drivers that plan and launch them are in
-// segment_kernels.cuh; this file holds what needs CUDA or torch: the generic __global__ launchers, the
+// the headers beside this file (docs/cuda.md, "Source files"); this file holds what needs CUDA or torch: the generic __global__ launchers, the
 // current stream, workspaces from torch's caching allocator, error reporting, and CudaBackend. Argument
 // checks, outputs and the order of the work are the shared entry points of segment_ops.h (with the
 // [B, N, F] view and dtype dispatch of csr_args.h), so errors read exactly as on the CPU.
@@ -37,10 +37,10 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "csr_args.h"
+#include "cuda/drivers.cuh"
 #include "cuda/error_messages.h"
 #include "cuda_plans.h"
 #include "platform.h"
-#include "cuda/segment_kernels.cuh"
 #include "reducers.h"
 #include "reductions.h"
 #include "segment_ops.h"
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) run_kernel(const K k, int64_t n) {
   if (tid < n) k(tid);
 }
 
-// Block kernels (segment_kernels.cuh): K::kBlock threads, K::Shared in static shared memory; at least
+// Block kernels (block_kernels.cuh): K::kBlock threads, K::Shared in static shared memory; at least
 // K::kMinBlocks resident per SM (caps the registers: 4 x 256 threads -> 64 registers, 32 warps per SM).
 template <class K>
 __global__ void __launch_bounds__(K::kBlock, K::kMinBlocks) run_block_kernel(const K k) {
