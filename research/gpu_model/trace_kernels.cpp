@@ -17,7 +17,7 @@
 //     sampled warp of this launch, or written by an earlier launch whose writes fit in L2), DRAM
 //     (otherwise);
 //   - distinct sectors read and written by the sampled warps (the DRAM traffic estimate);
-//   - shared memory (block kernels, sh_ld / sh_st): per warp instruction (the
+//   - shared memory (block kernels, SEGOPS_SH_LD / SEGOPS_SH_ST): per warp instruction (the
 //     k-th access of a site by each lane after the same number of SEGOPS_TRACE_STEP marks) the bank
 //     wavefronts it takes (shared_wavefronts) and the ones it would take without bank conflicts.
 // Block kernels (launch_blocks) run a block's threads phase by phase (fibers, block_emulation.h); a warp

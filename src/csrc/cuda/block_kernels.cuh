@@ -150,7 +150,7 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
     FS first{Op::identity(), 0, 0};  // the partial of this thread's first segment, before its end
     int first_seg = -1;              // its index in the tile if it ends here (-1: no end in this range)
     State st = Op::identity();
-    int seg_end = seg < ns ? sh_ld(sh.e_at(seg + 1)) : 0;  // the end of segment seg (read once)
+    int seg_end = seg < ns ? SEGOPS_SH_LD(sh.e_at(seg + 1)) : 0;  // the end of segment seg (read once)
     for (int i = d; i < d1; ++i) {
       SEGOPS_TRACE_STEP();
       const bool is_end = seg < ns && (row >= nr || seg_end <= row);
@@ -163,9 +163,9 @@ template <class Op, class Load, class OutT> struct ReduceFlatBlock : ChunkGrid {
         }
         st = Op::identity();
         ++seg;
-        if (seg < ns) seg_end = sh_ld(sh.e_at(seg + 1));
+        if (seg < ns) seg_end = SEGOPS_SH_LD(sh.e_at(seg + 1));
       } else {
-        Op::step(st, sh_ld(sh.x_at(row)), base + r0 + row);
+        Op::step(st, SEGOPS_SH_LD(sh.x_at(row)), base + r0 + row);
         ++row;
       }
     }
@@ -179,12 +179,12 @@ SEGOPS_UNROLL
       if (lane >= k) incl = seg_combine<Op>(up, incl);
     }
     if (lane == 31) {
-      sh_st(sh.warp_total[warp], incl);
+      SEGOPS_SH_ST(sh.warp_total[warp], incl);
     }
     const FS before_in_warp = blk.shfl_up(incl, 1);  // exclusive, inside the warp (lane 0: unused)
     blk.sync();
     FS excl{Op::identity(), 0, 0};  // everything before this thread in the block
-    for (int w = 0; w < warp; ++w) excl = seg_combine<Op>(excl, sh_ld(sh.warp_total[w]));
+    for (int w = 0; w < warp; ++w) excl = seg_combine<Op>(excl, SEGOPS_SH_LD(sh.warp_total[w]));
     if (lane > 0) excl = seg_combine<Op>(excl, before_in_warp);
     // 4. the first segment: the threads before this one hold its beginning
     if (first_seg >= 0) {
@@ -246,7 +246,7 @@ SEGOPS_UNROLL
       for (int i = 0; i < kVR; ++i) {
         const int64_t e = q * kVR + i;
         if (e >= e0 && e < e1) {
-          sh_st(sh.x_at(static_cast<int>(e - e0)), v[j][i]);
+          SEGOPS_SH_ST(sh.x_at(static_cast<int>(e - e0)), v[j][i]);
         }
       }
     }
@@ -255,7 +255,7 @@ SEGOPS_UNROLL
       const int i = t + j * kBlock;
       if (i == 0) sh.start0 = iclamp(o[j], base, end);
       if (i > 0 && i <= ns) {
-        sh_st(sh.e_at(i), static_cast<int32_t>(iclamp(iclamp(o[j], base, end) - base - r0, 0, nr)));
+        SEGOPS_SH_ST(sh.e_at(i), static_cast<int32_t>(iclamp(iclamp(o[j], base, end) - base - r0, 0, nr)));
       }
     }
   }
@@ -265,7 +265,7 @@ SEGOPS_UNROLL
     int lo = static_cast<int>(imax(0, d - nr)), hi = static_cast<int>(imin(d, ns));
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (sh_ld(sh.e_at(mid + 1)) <= d - mid - 1) {
+      if (SEGOPS_SH_LD(sh.e_at(mid + 1)) <= d - mid - 1) {
         lo = mid + 1;
       } else {
         hi = mid;
@@ -277,8 +277,8 @@ SEGOPS_UNROLL
   // row0: absolute row of tile row 0
   SEGOPS_HD void write_segment(const Shared& sh, const State& st, int64_t b, int64_t sg0, int seg,
                                int64_t row0) const {
-    const int64_t count = imax(seg == 0 ? sh_ld(sh.e_at(1)) + row0 - sh_ld(sh.start0)
-                                        : sh_ld(sh.e_at(seg + 1)) - sh_ld(sh.e_at(seg)), 0);
+    const int64_t count = imax(seg == 0 ? SEGOPS_SH_LD(sh.e_at(1)) + row0 - SEGOPS_SH_LD(sh.start0)
+                                        : SEGOPS_SH_LD(sh.e_at(seg + 1)) - SEGOPS_SH_LD(sh.e_at(seg)), 0);
     write_result<Op>(st, count, N, out, arg, b * S + sg0 + seg);
   }
 };

@@ -15,8 +15,8 @@
 // The primitives below report each access to the host tracer (research/gpu_model/trace_kernels.cpp) when
 // SEGOPS_TRACE_ACCESSES is defined. Global memory, kinds: 0 a load whose value is used later (at
 // SEGOPS_TRACE_USE(): the thread then waits for every load it has in flight), 1 a load used at once (an offset
-// deciding the next address), 2 a store. Shared memory of block kernels (sh_ld / sh_st; the tracer counts
-// their bank conflicts): each call site is its own instruction (site: the caller's line), and
+// deciding the next address), 2 a store. Shared memory of block kernels (SEGOPS_SH_LD / SEGOPS_SH_ST; the
+// tracer counts their bank conflicts): each call site is its own instruction (site: its line), and
 // SEGOPS_TRACE_STEP() marks a point every lane of a warp passes together (a loop iteration): the k-th shared
 // access of a site after the same number of steps is one warp instruction. SEGOPS_TRACE_USE and
 // SEGOPS_TRACE_STEP are the two hooks kernels write themselves: they mark program points (where loaded values
@@ -29,14 +29,15 @@ void segops_trace_step();
 #define SEGOPS_TRACE(p, n, kind) ::segops_trace_access((p), static_cast<int>(n), (kind), __LINE__)
 #define SEGOPS_TRACE_USE() ::segops_trace_use()
 #define SEGOPS_TRACE_INDEX(p) SEGOPS_TRACE((p), 8, 1)
-#define SEGOPS_CALLER_SITE , int site = __builtin_LINE()
-#define SEGOPS_TRACE_SHARED(x, store) ::segops_trace_shared(&(x), static_cast<int>(sizeof(x)), (store), site)
+#define SEGOPS_TRACE_SHARED(x, store) ::segops_trace_shared(&(x), static_cast<int>(sizeof(x)), (store), __LINE__)
+#define SEGOPS_SH_LD(x) (SEGOPS_TRACE_SHARED(x, false), (x))
+#define SEGOPS_SH_ST(x, v) (SEGOPS_TRACE_SHARED(x, true), (x) = (v))
 #define SEGOPS_TRACE_STEP() ::segops_trace_step()
 #else
 #define SEGOPS_TRACE(p, n, kind) ((void)0)
 #define SEGOPS_TRACE_USE() ((void)0)
-#define SEGOPS_CALLER_SITE
-#define SEGOPS_TRACE_SHARED(x, store) ((void)0)
+#define SEGOPS_SH_LD(x) (x)
+#define SEGOPS_SH_ST(x, v) ((x) = (v))
 #define SEGOPS_TRACE_STEP() ((void)0)
 #endif
 
@@ -123,15 +124,10 @@ SEGOPS_UNROLL
   }
 }
 
-// Shared memory of block kernels: sh_ld(x) is the value of the shared lvalue x, sh_st(x, v) stores v in it.
-template <class X> SEGOPS_HD const X& sh_ld(const X& x SEGOPS_CALLER_SITE) {
-  SEGOPS_TRACE_SHARED(x, false);
-  return x;
-}
-template <class X> SEGOPS_HD void sh_st(X& x, const X& v SEGOPS_CALLER_SITE) {
-  SEGOPS_TRACE_SHARED(x, true);
-  x = v;
-}
+// Shared memory of block kernels: SEGOPS_SH_LD(x) (the tracing block above) is the value of the shared
+// lvalue x, SEGOPS_SH_ST(x, v) stores v in it. Macros, not functions: a site is the line that accesses, and
+// outside the tracer they are the plain access itself (functions taking and returning references changed
+// the block kernel's code).
 
 // V consecutive reduction states of a workspace (partials, element e a multiple of V; the workspaces are
 // 256-byte aligned), with load_vec/store_vec: in 16-byte pieces when a state's size divides 16, else one
