@@ -25,10 +25,10 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_same_device, size_arg
-from ._coo_kernel import index_offsets, naming
+from ._coo_kernel import index_offsets, naming_errors
 from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, segment_lengths, sum_then_divide,
                           sums_integers_then_divides)
-from .ops import _check_out, _check_type, _reduced_shape, _write_out
+from .ops import _check_index_types, _check_out, _check_type, _reduced_shape, _rows_of_out, _write_out
 
 _ops = torch.ops.torch_segops
 
@@ -68,12 +68,7 @@ def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim
         if out is not None:
             _check_type(fn, "out", out)
     if out is not None:
-        if out.dim() != src.dim():
-            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
-        n = out.size(index.dim() - 1)
-        if dim_size is not None and dim_size != n:
-            raise ValueError(f"torch_segops.{fn}: dim_size={dim_size} disagrees with out.size(dim)={n}")
-        return n
+        return _rows_of_out(fn, out, src, index.dim() - 1, "dim_size", dim_size)
     if dim_size is not None:
         if dim_size < 0:
             raise ValueError(f"torch_segops.{fn}: dim_size must be a non-negative int, got {dim_size}")
@@ -196,13 +191,8 @@ def _gather_index(fn: str, src: Tensor, index: Tensor) -> Tensor:
 
 def _gather_index_naming(fn: str, src: Tensor, index: Tensor) -> Tensor:
     # eager only: TorchScript compiles no try statement
-    try:
+    with naming_errors(fn, RuntimeError):
         return _ops.gather_index(src, index, True)
-    except RuntimeError as e:
-        named = naming(fn, e)
-        if named is e:
-            raise
-        raise named from e
 
 
 def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
@@ -210,10 +200,7 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
     dim); ``out``, when given, is overwritten. The gradient is a segment sum (deterministic)."""
     fn = "gather_coo"
     if not torch.jit.is_scripting():
-        _check_type(fn, "src", src)
-        _check_type(fn, "index", index)
-        if out is not None:
-            _check_type(fn, "out", out)
+        _check_index_types(fn, src, index, out)
     check_same_device(fn, ["src", "index"], [src, index])
     dim = _check_index_shape(fn, src, index, False)
     if _one_pass_gather(src, index):
