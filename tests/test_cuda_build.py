@@ -15,7 +15,6 @@ tools/check_cuda_build.py does the same build from the command line and also rep
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -25,20 +24,14 @@ import sys
 import pytest
 
 import cpp_checks
+from tools import check_cuda_build as ccb
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("check_cuda_build", os.path.join(REPO, "tools", "check_cuda_build.py"))
-ccb = importlib.util.module_from_spec(_spec)
-sys.modules["check_cuda_build"] = ccb
-_spec.loader.exec_module(ccb)
 
 NVCC = ccb.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (no CUDA toolkit; set CUDACXX or CUDA_HOME): "
                                                      "CUDA compile checks skipped")
-TORCH_DIR = None
-_tspec = importlib.util.find_spec("torch")
-if _tspec is not None and _tspec.submodule_search_locations:
-    TORCH_DIR = list(_tspec.submodule_search_locations)[0]
+TORCH_DIR = cpp_checks.TORCH_DIR
 
 
 @pytest.fixture(scope="module")
