@@ -50,8 +50,7 @@ def _check_index_shape(fn: str, src: Tensor, index: Tensor, with_dim: bool) -> i
 def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
     """CSR offsets of a sorted COO index (leading dims broadcast as in pytorch_scatter)."""
     if not torch.jit.is_scripting():
-        _check_type(fn, "src", src)
-        _check_type(fn, "index", index)
+        _check_index_types(fn, src, index, None)
     check_same_device(fn, ["src", "index"], [src, index])
     dim = _check_index_shape(fn, src, index, True)
     if index.size(dim) != src.size(dim):  # one index for every row along dim
