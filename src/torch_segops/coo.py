@@ -33,9 +33,13 @@ from .ops import _check_index_types, _check_out, _check_type, _reduced_shape, _r
 _ops = torch.ops.torch_segops
 
 
-def _check_index_shape(fn: str, src: Tensor, index: Tensor, with_dim: bool) -> int:
-    """The reduced dim (index.dim() - 1) after checking index's dims against src's: 1 to src.dim() dims,
-    each leading dim (and dim itself when with_dim) equal to src's or 1 (broadcast)."""
+def _check_index_args(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], with_dim: bool) -> int:
+    """The reduced dim (index.dim() - 1) after checking src, index and out: tensors (eager), src and index on one
+    device, index's dims against src's: 1 to src.dim() dims, each leading dim (and dim itself when with_dim)
+    equal to src's or 1 (broadcast)."""
+    if not torch.jit.is_scripting():
+        _check_index_types(fn, src, index, out)
+    check_same_device(fn, ["src", "index"], [src, index])
     if index.dim() == 0 or index.dim() > src.dim():
         raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
                          f"got {index.dim()}")
@@ -49,10 +53,7 @@ def _check_index_shape(fn: str, src: Tensor, index: Tensor, with_dim: bool) -> i
 
 def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
     """CSR offsets of a sorted COO index (leading dims broadcast as in pytorch_scatter)."""
-    if not torch.jit.is_scripting():
-        _check_index_types(fn, src, index, None)
-    check_same_device(fn, ["src", "index"], [src, index])
-    dim = _check_index_shape(fn, src, index, True)
+    dim = _check_index_args(fn, src, index, None, True)
     if index.size(dim) != src.size(dim):  # one index for every row along dim
         shape: List[int] = list(index.shape)
         shape[dim] = src.size(dim)
@@ -198,10 +199,7 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
     """Row ``e`` of the output along dim is ``src``'s row ``index[e]`` (index sorted along its last
     dim); ``out``, when given, is overwritten. The gradient is a segment sum (deterministic)."""
     fn = "gather_coo"
-    if not torch.jit.is_scripting():
-        _check_index_types(fn, src, index, out)
-    check_same_device(fn, ["src", "index"], [src, index])
-    dim = _check_index_shape(fn, src, index, False)
+    dim = _check_index_args(fn, src, index, out, False)
     if _one_pass_gather(src, index):
         result = _gather_index(fn, src, index.expand(list(src.shape[:dim]) + [index.size(dim)]))
     else:
