@@ -21,8 +21,9 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common as C  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python benchmarks/bench_coo.py): the benchmarks package from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import common as C  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 

@@ -22,14 +22,16 @@ Each torch_segops result is also checked against the fastest native alternative 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common as C  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python benchmarks/bench_cuda.py): the benchmarks package from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import common as C  # noqa: E402
 
 try:  # research/gpu_model/model.py imports this module for make_indptr only, without a built library
     import torch_segops as so  # noqa: E402
@@ -263,10 +265,8 @@ def main(argv=None):
         elems = 1 << 14
         reps, warmup = 1, 0
         results = []
-        for dist in args.dists:
-            for dtype_name in args.dtypes:
-                for feat in args.features:
-                    results += run_case(dist, feat, DTYPES[dtype_name], args.ops, elems, reps, warmup)
+        for dist, dtype_name, feat in itertools.product(args.dists, args.dtypes, args.features):
+            results += run_case(dist, feat, DTYPES[dtype_name], args.ops, elems, reps, warmup)
         print(table(results))
         bad = [r for r in results if r["agrees"] is False]
         print(f"{len(results) - len(bad)} passed, {len(bad)} failed")
@@ -304,13 +304,11 @@ def main(argv=None):
     if args.markdown:
         os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
     results = []
-    for dist in args.dists:
-        for dtype_name in args.dtypes:
-            for feat in args.features:
-                results += run_case(dist, feat, DTYPES[dtype_name], args.ops, elems, reps, warmup)
-                torch.cuda.empty_cache()
-                if args.markdown:  # after every case, so that a run cut short still leaves its rows
-                    write_markdown(done=False)
+    for dist, dtype_name, feat in itertools.product(args.dists, args.dtypes, args.features):
+        results += run_case(dist, feat, DTYPES[dtype_name], args.ops, elems, reps, warmup)
+        torch.cuda.empty_cache()
+        if args.markdown:  # after every case, so that a run cut short still leaves its rows
+            write_markdown(done=False)
     print()
     print(table(results))
     print()

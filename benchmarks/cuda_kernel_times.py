@@ -22,8 +22,9 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_cuda as BC  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python benchmarks/cuda_kernel_times.py): the benchmarks package from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import bench_cuda as BC  # noqa: E402
 import torch_segops as so  # noqa: E402
 
 PLAN_SPECS = {"short": "short", "merge": "merge", "block": "block,merge"}

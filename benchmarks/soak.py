@@ -26,8 +26,9 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from memory_cases import CASES, OP_CASES, heap_in_use, large_max_case, rss_bytes  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python benchmarks/soak.py): the benchmarks package from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.memory_cases import CASES, OP_CASES, heap_in_use, large_max_case, rss_bytes  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 

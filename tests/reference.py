@@ -464,6 +464,17 @@ def make_indptr(lengths_per_row, starts, lead_shape, n_seg: int, dtype=torch.int
     return flat.reshape(*lead_shape, n).to(dtype)
 
 
+def draw_shape_and_dim(draw, min_size: int, max_size: int) -> tuple[list[int], int, int]:
+    """In a hypothesis strategy: a shape of 1 to 3 dims of min_size..max_size each, and a dim anywhere in it
+    (negative too); returns (shape, dim, dim made non-negative)."""
+    from hypothesis import strategies as st
+
+    ndim = draw(st.integers(1, 3))
+    shape = [draw(st.integers(min_size, max_size)) for _ in range(ndim)]
+    dim = draw(st.integers(-ndim, ndim - 1))
+    return shape, dim, dim % ndim
+
+
 def csr_cases(dtypes=ALL_DTYPES, gather: bool = False, max_lead_dims: int = 2, ties=None):
     """Hypothesis strategy of dicts {src, indptr, size, desc} covering: random segmentations with
     empty segments, one huge segment, all segments empty, no segments, zero-size src (0 batch rows,

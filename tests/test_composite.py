@@ -62,10 +62,7 @@ FUNCS = {"logsumexp": so.scatter_logsumexp, "softmax": so.scatter_softmax, "log_
 @st.composite
 def cases(draw):
     dtype = draw(st.sampled_from(FLOATS))
-    ndim = draw(st.integers(1, 3))
-    shape = [draw(st.integers(1, 5)) for _ in range(ndim)]
-    dim = draw(st.integers(-ndim, ndim - 1))
-    d = dim % ndim
+    shape, dim, d = R.draw_shape_and_dim(draw, 1, 5)
     size = draw(st.integers(1, 5))
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
     full = draw(st.booleans())

@@ -15,7 +15,6 @@ tools/check_cuda_build.py does the same build from the command line and also rep
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -24,19 +23,15 @@ import sys
 
 import pytest
 
+import cpp_checks
+from tools import check_cuda_build as ccb
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("check_cuda_build", os.path.join(REPO, "tools", "check_cuda_build.py"))
-ccb = importlib.util.module_from_spec(_spec)
-sys.modules["check_cuda_build"] = ccb
-_spec.loader.exec_module(ccb)
 
 NVCC = ccb.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (no CUDA toolkit; set CUDACXX or CUDA_HOME): "
                                                      "CUDA compile checks skipped")
-TORCH_DIR = None
-_tspec = importlib.util.find_spec("torch")
-if _tspec is not None and _tspec.submodule_search_locations:
-    TORCH_DIR = list(_tspec.submodule_search_locations)[0]
+TORCH_DIR = cpp_checks.TORCH_DIR
 
 
 @pytest.fixture(scope="module")
@@ -362,23 +357,15 @@ def test_cmake_arch_selection(tmp_path, how):
 
 # ---- kernels, emulated on the host --------------------------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
-@pytest.mark.skipif(TORCH_DIR is None, reason="torch not installed (its headers are needed)")
+@cpp_checks.needs_gxx_and_torch
 def test_kernels_emulated_on_host(tmp_path):
-    exe = str(tmp_path / "emulate_kernels")
-    cmd = ["g++", "-std=c++17", "-O0", "-DSEGOPS_EMU_QUICK", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=undefined", "-fno-strict-aliasing", "-isystem", os.path.join(TORCH_DIR, "include"),
-           "-I", os.path.join(REPO, "src", "csrc"), os.path.join(REPO, "tests", "cuda_emulation", "emulate_kernels.cpp"),
-           "-o", exe]
-    cp = subprocess.run(cmd, capture_output=True, text=True)
-    assert cp.returncode == 0, cp.stderr[-5000:]
-    run = subprocess.run([exe, "--quick"], capture_output=True, text=True,
-                         env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"))
-    assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
-    m = re.search(r"(\d+) passed, (\d+) failed", run.stdout)
-    assert m and int(m.group(1)) > 1_000_000 and m.group(2) == "0", run.stdout
+    exe = cpp_checks.build(tmp_path, "tests/cuda_emulation/emulate_kernels.cpp", "-O0", "-DSEGOPS_EMU_QUICK",
+                           "-fno-strict-aliasing")
+    out = cpp_checks.run(exe, "--quick", tail=8000, ASAN_OPTIONS="detect_leaks=1")
+    m = re.search(r"(\d+) passed, (\d+) failed", out)
+    assert m and int(m.group(1)) > 1_000_000 and m.group(2) == "0", out
     # the host twin of compute-sanitizer initcheck: no kernel loaded workspace bytes that no kernel stored
-    assert "reads of never-written workspace bytes: 0" in run.stdout, run.stdout
+    assert "reads of never-written workspace bytes: 0" in out, out
     # the block emulation rejects kernels that break the barrier rules (each would hang or race on a GPU)
     for kind, reason in [(0, "a thread returned while others wait at a block barrier"),
                          (1, "threads wait at different barriers"),

@@ -410,11 +410,17 @@ def test_conda_fixes_are_valid_matchspecs():
     assert seen >= 6
 
 
-def test_real_doctor_reports_a_broken_torch(tmp_path):
+def _doctor_with_a_torch_that_raises(tmp_path, statement: str):
+    """The doctor (--json) run with tmp_path/shadow/torch, whose import runs this raise statement, ahead on
+    the path."""
     fake = tmp_path / "shadow" / "torch"
     fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text('raise ImportError("simulated broken torch install")\n')
-    r = run_doctor("--json", prepend_path=[tmp_path / "shadow"], tmp_path=tmp_path)
+    (fake / "__init__.py").write_text(statement + "\n")
+    return run_doctor("--json", prepend_path=[tmp_path / "shadow"], tmp_path=tmp_path)
+
+
+def test_real_doctor_reports_a_broken_torch(tmp_path):
+    r = _doctor_with_a_torch_that_raises(tmp_path, 'raise ImportError("simulated broken torch install")')
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert r.returncode == 1 and "simulated broken torch install" in out["facts"]["torch_error"]
@@ -636,10 +642,7 @@ def test_parse_nvidia_smi_counts_only_gpu_lines():
 
 def test_real_doctor_and_import_report_a_torch_that_exits(tmp_path):
     """`import torch` raising SystemExit: the doctor printed only the exit message ("broken torch")."""
-    fake = tmp_path / "shadow" / "torch"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text('raise SystemExit("broken torch")\n')
-    r = run_doctor("--json", prepend_path=[tmp_path / "shadow"], tmp_path=tmp_path)
+    r = _doctor_with_a_torch_that_raises(tmp_path, 'raise SystemExit("broken torch")')
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert "SystemExit('broken torch')" in out["facts"]["torch_error"]

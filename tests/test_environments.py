@@ -9,7 +9,6 @@ The CUDA 13.0 checks use the local toolkit (/usr/local/cuda or $CUDA_HOME) when 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -22,11 +21,7 @@ import pytest
 
 from doctor_module import load_doctor
 
-_spec = importlib.util.spec_from_file_location("check_cuda_build", Path(__file__).resolve().parents[1] / "tools" / "check_cuda_build.py")
-ccb = sys.modules.get("check_cuda_build") or importlib.util.module_from_spec(_spec)
-if "check_cuda_build" not in sys.modules:
-    sys.modules["check_cuda_build"] = ccb
-    _spec.loader.exec_module(ccb)
+from tools import check_cuda_build as ccb
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read environments/*.yml and data/compat.yaml")
 

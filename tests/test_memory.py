@@ -75,18 +75,21 @@ def _heap_growth(make, calls: int) -> int:
     return heap_in_use() - before
 
 
+def _assert_heap_does_not_grow(cases, name: str, calls: int) -> None:
+    grown = _heap_growth(cases[name], calls)
+    assert grown / calls < 1.0, f"{name}: the heap grew by {grown} bytes over {calls} calls"
+
+
 @needs_glibc
 @pytest.mark.parametrize("name", sorted(OP_CASES))
 def test_op_heap_does_not_grow_per_call(name):
-    grown = _heap_growth(OP_CASES[name], OP_CALLS)
-    assert grown / OP_CALLS < 1.0, f"{name}: the heap grew by {grown} bytes over {OP_CALLS} calls"
+    _assert_heap_does_not_grow(OP_CASES, name, OP_CALLS)
 
 
 @needs_glibc
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_public_heap_does_not_grow_per_call(name):
-    grown = _heap_growth(CASES[name], PUBLIC_CALLS)
-    assert grown / PUBLIC_CALLS < 1.0, f"{name}: the heap grew by {grown} bytes over {PUBLIC_CALLS} calls"
+    _assert_heap_does_not_grow(CASES, name, PUBLIC_CALLS)
 
 
 def test_rss_bounded_over_repeated_large_calls():

@@ -213,6 +213,15 @@ def test_min_max_special_values_match_reference(reduce, features, dtype):
     torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
 
 
+def _assert_extremum_is_the_reference(reduce: str, src, indptr):
+    """min/max values and arg equal the reference's bitwise (NaN where it has NaN); the arg."""
+    values, arg = NAMED[reduce](src, indptr)
+    ref_values, ref_arg = R.segment(src, indptr, reduce)
+    assert torch.equal(arg, ref_arg), (arg != ref_arg).nonzero()[:5]
+    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
+    return arg
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("features", [16, 24, 32, 48, 64, 72, 200], ids=lambda f: f"F{f}")
 @pytest.mark.parametrize("reduce", ["min", "max"])
@@ -229,10 +238,7 @@ def test_min_max_whole_row_blocks_match_reference(reduce, features, dtype, nan):
     if nan != "none":
         row = int(indptr[5]) + (0 if nan == "first row" else 1234)  # in the 3000-row segment
         src[row, features // 3] = float("nan")
-    values, arg = NAMED[reduce](src, indptr)
-    ref_values, ref_arg = R.segment(src, indptr, reduce)
-    assert torch.equal(arg, ref_arg), (arg != ref_arg).nonzero()[:5]
-    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
+    _assert_extremum_is_the_reference(reduce, src, indptr)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -251,11 +257,8 @@ def test_min_max_whole_row_blocks_nan_at_piece_borders(reduce, features, dtype, 
     for r in rows:
         src[r, f] = float("nan")
     indptr = torch.tensor([0, n])
-    values, arg = NAMED[reduce](src, indptr)
-    ref_values, ref_arg = R.segment(src, indptr, reduce)
-    assert torch.equal(arg, ref_arg), (arg != ref_arg).nonzero()[:5]
+    arg = _assert_extremum_is_the_reference(reduce, src, indptr)
     assert int(arg[0, f]) == rows[0]
-    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("reduce", ["min", "max"])
@@ -291,10 +294,7 @@ def test_min_max_one_feature_batches_match_reference(reduce, dtype, nan, seed):
     if nan != "none":
         src[int(torch.randint(src.numel(), (1,), generator=gen))] = float("nan")
     indptr = R.indptr_from_lengths(lengths)
-    values, arg = NAMED[reduce](src, indptr)
-    ref_values, ref_arg = R.segment(src, indptr, reduce)
-    assert torch.equal(arg, ref_arg), (arg != ref_arg).nonzero()[:5]
-    torch.testing.assert_close(values, ref_values, equal_nan=True, rtol=0, atol=0)
+    _assert_extremum_is_the_reference(reduce, src, indptr)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)

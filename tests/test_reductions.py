@@ -5,15 +5,13 @@ but _reductions.py interprets a reduction's name."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
+import cpp_checks
 import torch_segops
 from torch_segops import _reductions
 from torch_segops._reductions import REDUCTIONS
@@ -130,19 +128,12 @@ def test_no_other_module_interprets_a_reduction_name():
     assert not found, found
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+@cpp_checks.needs_gxx_and_torch
 def test_cpp_registry_and_reducer_traits(tmp_path):
-    torch_include = os.path.join(os.path.dirname(torch.__file__), "include")
-    exe = str(tmp_path / "reduction_registry")
-    cmd = ["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=undefined", "-isystem", torch_include, "-I", str(REPO / "src" / "csrc"),
-           str(REPO / "tests" / "cpp" / "reduction_registry.cpp"), "-o", exe]
-    cp = subprocess.run(cmd, capture_output=True, text=True)
-    assert cp.returncode == 0, cp.stderr[-5000:]
-    run = subprocess.run([exe], capture_output=True, text=True)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
-    assert "0 failed" in run.stdout, run.stdout
-    rows = re.findall(r"^row (\w+) (\w+) (\d) (\d)$", run.stdout, re.M)
+    exe = cpp_checks.build(tmp_path, "tests/cpp/reduction_registry.cpp", "-O1", "-Wall", "-Wextra", "-Werror")
+    out = cpp_checks.run(exe)
+    assert "0 failed" in out, out
+    rows = re.findall(r"^row (\w+) (\w+) (\d) (\d)$", out, re.M)
     assert [(n, f"segment_{n}", a == "1", i == "1") for n, _, a, i in rows] == [
         (name, f"segment_{name}", has_arg, integers) for _, name, _, has_arg, integers in cpp_rows()]
-    assert "integer names: sum, mul, min, max" in run.stdout
+    assert "integer names: sum, mul, min, max" in out

@@ -24,10 +24,7 @@ NAMED = {"sum": so.scatter_sum, "add": so.scatter_add, "mean": so.scatter_mean, 
 def scatter_cases(draw, dtypes=R.ALL_DTYPES):
     """src of 1 to 3 dims, dim anywhere (negative too), index 1-D / partially broadcast / full."""
     dtype = draw(st.sampled_from(dtypes))
-    ndim = draw(st.integers(1, 3))
-    shape = [draw(st.integers(0, 6)) for _ in range(ndim)]
-    dim = draw(st.integers(-ndim, ndim - 1))
-    d = dim % ndim
+    shape, dim, d = R.draw_shape_and_dim(draw, 0, 6)
     n_out = draw(st.integers(1, 6))
     seed = draw(st.integers(0, 2**31 - 1))
     g = torch.Generator().manual_seed(seed)

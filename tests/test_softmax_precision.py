@@ -49,6 +49,15 @@ def test_softmax_exp_minus_lse_defect_float32_forward_at_offsets(offset, feature
     torch.testing.assert_close(got.double(), reference_softmax(x, indptr), rtol=1e-6, atol=1e-8)
 
 
+def _assert_gradient_is_the_float64_one(x, indptr, w, rtol: float, atol: float) -> None:
+    """The gradient of sum(segment_softmax_csr(x) * w) against the float64 reference's, to these tolerances."""
+    xg = x.clone().requires_grad_()
+    (so.segment_softmax_csr(xg, indptr) * w).sum().backward()
+    x64 = x.double().requires_grad_()
+    (reference_softmax(x64, indptr) * w.double()).sum().backward()
+    torch.testing.assert_close(xg.grad.double(), x64.grad, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("offset", [0.0, 1e3, 1e5, 1e7])
 def test_softmax_exp_minus_lse_defect_float32_backward_at_offsets(offset):
     g = torch.Generator().manual_seed(7)
@@ -56,11 +65,7 @@ def test_softmax_exp_minus_lse_defect_float32_backward_at_offsets(offset):
     x = (torch.randn(n, 3, generator=g) * 4 + offset).float()
     w = torch.randn(n, 3, generator=g)
     indptr = segments(n, 23, 1)
-    xg = x.clone().requires_grad_()
-    (so.segment_softmax_csr(xg, indptr) * w).sum().backward()
-    x64 = x.double().requires_grad_()
-    (reference_softmax(x64, indptr) * w.double()).sum().backward()
-    torch.testing.assert_close(xg.grad.double(), x64.grad, rtol=1e-5, atol=1e-6)
+    _assert_gradient_is_the_float64_one(x, indptr, w, rtol=1e-5, atol=1e-6)
 
 
 def test_softmax_exp_minus_lse_defect_float16_near_its_maximum():
@@ -74,12 +79,8 @@ def test_softmax_exp_minus_lse_defect_float16_near_its_maximum():
     # within one float16 rounding of the float64 softmax of the stored values (the old code: 0.50098
     # for 0.5, twice that)
     torch.testing.assert_close(got.double(), reference_softmax(x, indptr), rtol=1e-3, atol=1e-5)
-    xg = x.clone().requires_grad_()
     w = torch.randn(n, 4, generator=g).to(torch.float16)
-    (so.segment_softmax_csr(xg, indptr) * w).sum().backward()
-    x64 = x.double().requires_grad_()
-    (reference_softmax(x64, indptr) * w.double()).sum().backward()
-    torch.testing.assert_close(xg.grad.double(), x64.grad, rtol=1e-2, atol=2e-3)
+    _assert_gradient_is_the_float64_one(x, indptr, w, rtol=1e-2, atol=2e-3)
 
 
 def test_softmax_special_values_unchanged():

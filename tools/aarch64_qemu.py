@@ -29,9 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import torch_wheels as tw  # noqa: E402
-from conda_tools import cache_dir  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python tools/aarch64_qemu.py): the tools package from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools import torch_wheels as tw  # noqa: E402
+from tools.conda_tools import cache_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEBS = ["python3.11", "libstdc++6", "zlib1g"]

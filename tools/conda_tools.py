@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = Path(__file__).resolve().parent
 RECIPE = REPO / "recipe" / "recipe.yaml"
 META = REPO / "recipe-v0" / "meta.yaml"
 CBC = REPO / "conda_build_config.yaml"
@@ -296,9 +295,7 @@ def inspect_package(pkg: PackageInfo, variant: dict, archs: str | None = None) -
     lib = pkg.root / "site-packages" / "torch_segops" / "_C.so"
     facts = {"variant": name, "depends": depends, "bytes": pkg.size, "files": len(pkg.paths)}
     if name != "cpu":
-        import sys
-        sys.path.insert(0, str(TOOLS))
-        import check_cuda_build as ccb
+        from tools import check_cuda_build as ccb
         if archs is None:
             archs = ccb.default_archs(str(variant["cuda_compiler_version"]))
         lib_facts = ccb.inspect(str(lib), archs)

@@ -26,8 +26,9 @@ import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import conda_tools as ct  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python tools/main.py): the tools package from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools import conda_tools as ct  # noqa: E402
 
 REPO = ct.REPO
 CUDA_DEMO = r'''
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
             if args.conda_forge:
                 print(f"  conda-forge ({ct.CONDA_FORGE}) is NOT reachable from here (no network?): "
                       "falling back to the offline channel of stand-in packages")
-            import offline_channel
+            from tools import offline_channel
             if cuda and cuda not in offline_channel.CUDA_TORCH:
                 raise ct.ToolError(offline_channel.CUDA_MISSING.get(cuda, f"unknown variant {args.variant}"))
             offline, variants_file = offline_channel.ensure_channel()

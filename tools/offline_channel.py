@@ -53,8 +53,9 @@ import time
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conda_tools import cache_dir, pypi_only_env  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python tools/offline_channel.py): the tools package from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.conda_tools import cache_dir, pypi_only_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CHANNEL = cache_dir() / "offline-channel"

@@ -44,9 +44,10 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import torch_wheels as tw  # noqa: E402
-from conda_tools import cache_dir  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python tools/torch_matrix.py): the tools package from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools import torch_wheels as tw  # noqa: E402
+from tools.conda_tools import cache_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 VERSIONS = ["2.10.0", "2.11.0", "2.12.0", "2.13.0", "2.14.0"]

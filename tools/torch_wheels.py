@@ -23,9 +23,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conda_tools import cache_dir, pypi_only_env  # noqa: E402
-from offline_channel import wheel_torch_version  # noqa: E402
+if __package__ in (None, ""):  # run as a script (python tools/torch_wheels.py): the tools package from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.conda_tools import cache_dir, pypi_only_env  # noqa: E402
+from tools.offline_channel import wheel_torch_version  # noqa: E402
 
 # The oldest torch whose stable ABI the library targets (data/compat.yaml stable_abi.min_torch).
 OLDEST = "2.10.0"
@@ -151,7 +152,7 @@ def build_library(build_dir: Path, torch_dir: Path, *, cuda_archs: str | None = 
     links (libtorch_cpu of that torch, the stub, cudart, the C/C++ runtime). Returns (library, log, s).
     Raises RuntimeError with the build's output when it fails."""
     import time
-    import check_cuda_build as ccb
+    from tools import check_cuda_build as ccb
     jobs = jobs or ccb.build_jobs()
     d = {"TORCH_SEGOPS_TORCH_DIR": str(torch_dir), "TORCH_SEGOPS_TORCH_TARGET": target,
          "CMAKE_BUILD_TYPE": "Release"}

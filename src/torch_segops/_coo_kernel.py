@@ -8,6 +8,8 @@ function (eager): the native CPU kernel's value errors arrive as RuntimeError "t
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
 
@@ -146,13 +148,21 @@ def naming(fn: str, e: Exception) -> Exception:
     return kind(f"torch_segops.{fn}: {message[len(_PREFIX):]}")
 
 
-def _offsets_naming(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tensor:
-    # eager only: TorchScript compiles no try statement
+@contextlib.contextmanager
+def naming_errors(fn: str, kinds):
+    """Eager only: an error of one of these kinds that the kernels raised leaves as naming(fn, e) (from e); any
+    other goes on unchanged."""
     try:
-        _check_arguments(index, size)
-        return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)
-    except (TypeError, ValueError, RuntimeError) as e:
+        yield
+    except kinds as e:
         named = naming(fn, e)
         if named is e:
             raise
         raise named from e
+
+
+def _offsets_naming(fn: str, index: Tensor, size: int, check_sorted: bool) -> Tensor:
+    # eager only: TorchScript compiles no try statement
+    with naming_errors(fn, (TypeError, ValueError, RuntimeError)):
+        _check_arguments(index, size)
+        return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)

@@ -25,17 +25,21 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_same_device, size_arg
-from ._coo_kernel import index_offsets, naming
+from ._coo_kernel import index_offsets, naming_errors
 from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, segment_lengths, sum_then_divide,
                           sums_integers_then_divides)
-from .ops import _check_out, _check_type, _reduced_shape, _write_out
+from .ops import _check_index_types, _check_out, _check_type, _reduced_shape, _rows_of_out, _write_out
 
 _ops = torch.ops.torch_segops
 
 
-def _check_index_shape(fn: str, src: Tensor, index: Tensor, with_dim: bool) -> int:
-    """The reduced dim (index.dim() - 1) after checking index's dims against src's: 1 to src.dim() dims,
-    each leading dim (and dim itself when with_dim) equal to src's or 1 (broadcast)."""
+def _check_index_args(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], with_dim: bool) -> int:
+    """The reduced dim (index.dim() - 1) after checking src, index and out: tensors (eager), src and index on one
+    device, index's dims against src's: 1 to src.dim() dims, each leading dim (and dim itself when with_dim)
+    equal to src's or 1 (broadcast)."""
+    if not torch.jit.is_scripting():
+        _check_index_types(fn, src, index, out)
+    check_same_device(fn, ["src", "index"], [src, index])
     if index.dim() == 0 or index.dim() > src.dim():
         raise ValueError(f"torch_segops.{fn}: index must have between 1 and src.dim() = {src.dim()} dims, "
                          f"got {index.dim()}")
@@ -49,11 +53,7 @@ def _check_index_shape(fn: str, src: Tensor, index: Tensor, with_dim: bool) -> i
 
 def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
     """CSR offsets of a sorted COO index (leading dims broadcast as in pytorch_scatter)."""
-    if not torch.jit.is_scripting():
-        _check_type(fn, "src", src)
-        _check_type(fn, "index", index)
-    check_same_device(fn, ["src", "index"], [src, index])
-    dim = _check_index_shape(fn, src, index, True)
+    dim = _check_index_args(fn, src, index, None, True)
     if index.size(dim) != src.size(dim):  # one index for every row along dim
         shape: List[int] = list(index.shape)
         shape[dim] = src.size(dim)
@@ -68,12 +68,7 @@ def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim
         if out is not None:
             _check_type(fn, "out", out)
     if out is not None:
-        if out.dim() != src.dim():
-            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
-        n = out.size(index.dim() - 1)
-        if dim_size is not None and dim_size != n:
-            raise ValueError(f"torch_segops.{fn}: dim_size={dim_size} disagrees with out.size(dim)={n}")
-        return n
+        return _rows_of_out(fn, out, src, index.dim() - 1, "dim_size", dim_size)
     if dim_size is not None:
         if dim_size < 0:
             raise ValueError(f"torch_segops.{fn}: dim_size must be a non-negative int, got {dim_size}")
@@ -196,26 +191,15 @@ def _gather_index(fn: str, src: Tensor, index: Tensor) -> Tensor:
 
 def _gather_index_naming(fn: str, src: Tensor, index: Tensor) -> Tensor:
     # eager only: TorchScript compiles no try statement
-    try:
+    with naming_errors(fn, RuntimeError):
         return _ops.gather_index(src, index, True)
-    except RuntimeError as e:
-        named = naming(fn, e)
-        if named is e:
-            raise
-        raise named from e
 
 
 def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Row ``e`` of the output along dim is ``src``'s row ``index[e]`` (index sorted along its last
     dim); ``out``, when given, is overwritten. The gradient is a segment sum (deterministic)."""
     fn = "gather_coo"
-    if not torch.jit.is_scripting():
-        _check_type(fn, "src", src)
-        _check_type(fn, "index", index)
-        if out is not None:
-            _check_type(fn, "out", out)
-    check_same_device(fn, ["src", "index"], [src, index])
-    dim = _check_index_shape(fn, src, index, False)
+    dim = _check_index_args(fn, src, index, out, False)
     if _one_pass_gather(src, index):
         result = _gather_index(fn, src, index.expand(list(src.shape[:dim]) + [index.size(dim)]))
     else:

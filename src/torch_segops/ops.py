@@ -30,6 +30,24 @@ def _check_type(fn: str, name: str, value) -> None:
         raise TypeError(f"torch_segops.{fn}: {name} must be a torch.Tensor, got {type(value).__name__}")
 
 
+def _check_index_types(fn: str, src, index, out) -> None:
+    """Eager only: src, index and (when given) out are tensors."""
+    _check_type(fn, "src", src)
+    _check_type(fn, "index", index)
+    if out is not None:
+        _check_type(fn, "out", out)
+
+
+def _rows_of_out(fn: str, out: Tensor, src: Tensor, dim: int, size_name: str, size: Optional[int]) -> int:
+    """out.size(dim), the output's rows along dim, once out has src's dims and agrees with a size also given."""
+    if out.dim() != src.dim():
+        raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
+    n = out.size(dim)
+    if size is not None and size != n:
+        raise ValueError(f"torch_segops.{fn}: {size_name}={size} disagrees with out.size(dim)={n}")
+    return n
+
+
 def _check_tensors(fn: str, src: Tensor, indptr: Tensor) -> None:
     if not torch.jit.is_scripting():
         _check_type(fn, "src", src)
@@ -163,12 +181,7 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, size: 
             _check_type("gather_csr", "out", out)
         size = size_arg("gather_csr", "size", size)
     if out is not None:
-        if out.dim() != src.dim():
-            raise ValueError(f"torch_segops.gather_csr: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
-        n = out.size(indptr.dim() - 1)
-        if size is not None and size != n:
-            raise ValueError(f"torch_segops.gather_csr: size={size} disagrees with out.size(dim)={n}")
-        size = n
+        size = _rows_of_out("gather_csr", out, src, indptr.dim() - 1, "size", size)
     if size is not None and size < 0:
         raise ValueError(f"torch_segops.gather_csr: size must be a non-negative int, got {size}")
     if not torch.jit.is_scripting():

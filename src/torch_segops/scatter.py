@@ -29,7 +29,7 @@ from ._arguments import check_index_dtype, check_index_values, check_same_device
 from ._coo_kernel import index_offsets, naming
 from ._reductions import combine_rule, has_arg, reduction_of
 from .coo import _reduce_csr, _reduce_into
-from .ops import _check_type
+from .ops import _check_index_types, _check_type, _rows_of_out
 
 
 class ScatterPlan(NamedTuple):
@@ -203,10 +203,7 @@ def _scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size
 def _eager_arg_types(fn: str, src, index, dim, out, dim_size) -> Tuple[int, Optional[int]]:
     """Eager only (TorchScript types the arguments itself): tensors are tensors, dim and dim_size integers
     (numpy's too); returns (dim, dim_size) as Python ints."""
-    _check_type(fn, "src", src)
-    _check_type(fn, "index", index)
-    if out is not None:
-        _check_type(fn, "out", out)
+    _check_index_types(fn, src, index, out)
     return dim_arg(fn, dim), size_arg(fn, "dim_size", dim_size)
 
 
@@ -224,11 +221,7 @@ def _dim_and_size(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[T
         raise ValueError(f"torch_segops.{fn}: index must have at least one dimension, got a 0-dim tensor")
     size = -1
     if out is not None:
-        if out.dim() != src.dim():
-            raise ValueError(f"torch_segops.{fn}: out has {out.dim()} dims, expected src.dim() = {src.dim()}")
-        size = out.size(dim)
-        if dim_size is not None and dim_size != size:
-            raise ValueError(f"torch_segops.{fn}: dim_size={dim_size} disagrees with out.size(dim)={size}")
+        size = _rows_of_out(fn, out, src, dim, "dim_size", dim_size)
     elif dim_size is not None:
         if dim_size < 0:
             raise ValueError(f"torch_segops.{fn}: dim_size must be a non-negative int, got {dim_size}")

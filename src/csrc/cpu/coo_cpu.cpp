@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <torch/csrc/stable/library.h>
@@ -141,20 +142,30 @@ bool validate_and_offsets(const IndexView& v, const Tensor& indptr, bool check_s
   return f.unsorted;
 }
 
-Tensor index_to_indptr_cpu(Tensor index, int64_t size, bool check_sorted) {
-  IndexView v = view_of(index, size);
+// For the index's own type I: its values x, the size (max(index) + 1 where it is -1) and a new offsets tensor
+// (an allocation error names the first bad value, unsorted ones too when check_sorted); then body(x, indptr).
+template <typename Body>
+Tensor with_new_offsets(IndexView& v, bool check_sorted, Body body) {
   Tensor indptr;
   dispatch_index(v.index.scalar_type(), [&](auto tag) {
     using I = typename decltype(tag)::type;
     const I* x = static_cast<const I*>(v.index.const_data_ptr());
     if (v.size == -1) v.size = size_from_max(x, v.rows * v.n);
     indptr = new_offsets(v, [&] { return first_problem(x, v.rows, v.n, v.size, check_sorted); });
+    body(x, indptr);
+  });
+  return indptr;
+}
+
+Tensor index_to_indptr_cpu(Tensor index, int64_t size, bool check_sorted) {
+  IndexView v = view_of(index, size);
+  return with_new_offsets(v, check_sorted, [&](const auto* x, Tensor& indptr) {
+    using I = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
     // check_sorted false: the caller promised a sorted index; one that is not still gets true counts
     if (validate_and_offsets<I>(v, indptr, check_sorted)) {
       count_offsets(x, 0, v.rows, v.n, v.size, static_cast<int64_t*>(indptr.mutable_data_ptr()));
     }
   });
-  return indptr;
 }
 
 // Stable counting sort of the rows [r0, r1) of an in-range index into perm, and their offsets into off,
@@ -201,12 +212,9 @@ void counting_sort_rows(const I* x, int64_t r0, int64_t r1, int64_t n, int64_t s
 
 std::tuple<Tensor, Tensor> index_sort_cpu(Tensor index, int64_t size) {
   IndexView v = view_of(index, size);
-  Tensor indptr, perm;
-  dispatch_index(v.index.scalar_type(), [&](auto tag) {
-    using I = typename decltype(tag)::type;
-    const I* x = static_cast<const I*>(v.index.const_data_ptr());
-    if (v.size == -1) v.size = size_from_max(x, v.rows * v.n);
-    indptr = new_offsets(v, [&] { return first_problem(x, v.rows, v.n, v.size, false); });
+  Tensor perm;
+  Tensor indptr = with_new_offsets(v, false, [&](const auto* x, Tensor& indptr) {
+    using I = std::remove_cv_t<std::remove_pointer_t<decltype(x)>>;
     std::vector<int64_t> perm_shape = v.lead;
     if (!validate_and_offsets<I>(v, indptr, false)) {  // already sorted: no permutation
       perm_shape.push_back(0);
