@@ -120,11 +120,13 @@ CALIBRATION_RESOURCES = os.path.join(HERE, "results", "gpu-model-resources-sm90-
 SOURCES = [*(f"src/csrc/cuda/{f}.cuh" for f in ("device_primitives", "indptr_errors", "chunk_grid", "reduce_kernels",
                                                 "short_kernels", "block_kernels", "expand_kernels", "drivers")),
            "src/csrc/cuda_plans.h", "src/csrc/index_math.h", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
-           "src/csrc/reducers.h", "research/gpu_model/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
+           "src/csrc/reducers.h", "src/csrc/reductions.h", "research/gpu_model/trace_kernels.cpp",
+           "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
 
 
 TRACER_FILES = ["research/gpu_model/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
+KERNEL_SOURCES = [f for f in SOURCES if f not in TRACER_FILES]  # what the saved ptxas resources depend on
 # The kernels measured on the H100 (benchmarks/results/cuda-h100-2026-11-23.md ran commit 0533d0f): commit
 # 6bf4532 holds the same kernels plus the trace hooks. --calibrate traces them with this tree's tracer.
 CALIBRATION_COMMIT = "6bf4532"
@@ -336,7 +338,7 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
             path = os.path.join(root, os.path.relpath(RESOURCES, REPO))
         with open(path) as fh:
             return json.load(fh)["kernels"]
-    want = source_hash(SOURCES[:4])
+    want = source_hash(KERNEL_SOURCES)
     saved = None
     if os.path.exists(RESOURCES):
         with open(RESOURCES) as fh:

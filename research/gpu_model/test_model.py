@@ -170,3 +170,12 @@ ptxas info    : Function properties for _Z6helperv
     r = {"local_inst": 2, "local_bytes": 12, "global_inst": 2}
     assert gpu_model.local_lines(launch, r) == pytest.approx(100.0 * 6 * 32 / 128)
     assert gpu_model.local_lines(launch, {"regs": 32}) == 0.0
+
+
+def test_saved_resources_are_those_of_the_kernels():
+    """The committed ptxas resources (used where nvcc is absent) belong to the kernel sources as they are."""
+    with open(gpu_model.RESOURCES) as fh:
+        saved = json.load(fh)
+    assert saved["source_hash"] == gpu_model.source_hash(gpu_model.KERNEL_SOURCES), (
+        "the kernels changed: run `python research/gpu_model/model.py --refresh-resources` and commit "
+        + os.path.relpath(gpu_model.RESOURCES, gpu_model.REPO))
