@@ -131,8 +131,10 @@ template <typename A> struct LogSumExpOp {
     if (m == -std::numeric_limits<A>::infinity()) {
       a.s += b.s;
     } else {
-      const A sa = a.s == A(0) ? A(0) : a.s * std::exp(a.m - m);
-      const A sb = b.s == A(0) ? A(0) : b.s * std::exp(b.m - m);
+      // a part whose max is the max keeps its sum as it is: exp(0) = 1, and at m = +inf the rescale would be
+      // exp(inf - inf) = NaN (issue #36)
+      const A sa = a.s == A(0) ? A(0) : a.m == m ? a.s : a.s * std::exp(a.m - m);
+      const A sb = b.s == A(0) ? A(0) : b.m == m ? b.s : b.s * std::exp(b.m - m);
       a.s = sa + sb;
       a.m = m;
     }
