@@ -47,7 +47,7 @@ CASES = [
       "into contiguous memory failed"]),
     ("segment_max_csr (values and arg): src made contiguous",
      lambda: so.segment_max_csr(huge_src(dtype=torch.float64), indptr_for(HUGE)),
-     ["torch_segops.segment_csr: copying src of shape (1099511627776, 4), float64, 35184372088832 bytes"]),
+     ["torch_segops.segment_max_csr: copying src of shape (1099511627776, 4), float64, 35184372088832 bytes"]),
     ("segment_softmax_csr: src made contiguous", lambda: so.segment_softmax_csr(huge_src(), indptr_for(HUGE)),
      ["torch_segops.segment_softmax_csr: copying src of shape (1099511627776, 4)"]),
     ("softmax backward: out made contiguous",
@@ -92,8 +92,9 @@ def test_without_torchs_message_the_error_says_what_failed():
 
 
 def test_argument_errors_are_unchanged():
-    """Our own checks are not rewrapped: they keep their message and argument name."""
-    with pytest.raises(RuntimeError, match=r"indptr .*non-decreasing|indptr must be non-decreasing|indptr"):
+    """Our own checks are not rewrapped: they keep their message and argument name (the public function's)."""
+    with pytest.raises(RuntimeError, match=r"^torch_segops\.segment_csr: indptr must be non-decreasing, got indptr\[2\] "
+                                           r"= 2 < indptr\[1\] = 3$"):
         so.segment_csr(torch.randn(4, 2), torch.tensor([0, 3, 2]))
 
 
@@ -112,7 +113,7 @@ def test_cuda_out_of_memory_is_torchs_error():
 
 def test_cuda_out_of_memory_message_becomes_torchs_type():
     """Without a GPU: the translation the public functions apply to what the C++ side raises."""
-    from torch_segops._errors import torch_error_types
+    from torch_segops._errors import public
 
     def fails(msg):
         raise RuntimeError(msg)
@@ -120,9 +121,9 @@ def test_cuda_out_of_memory_message_becomes_torchs_type():
     oom = ("torch_segops.gather_csr: allocating out of shape (1099511627776, 3), float32, 13194139533312 bytes, "
            "on cuda:0 failed: CUDA out of memory. Tried to allocate 12.00 TiB.")
     with pytest.raises(torch.OutOfMemoryError, match="allocating out of shape") as info:
-        torch_error_types(fails)(oom)
+        public(fails, "tests")(oom)
     assert isinstance(info.value.__cause__, RuntimeError)
-    with pytest.raises(RuntimeError) as info:
-        torch_error_types(fails)("torch_segops.segment_sum: indptr must be non-decreasing")
+    with pytest.raises(RuntimeError, match="^torch_segops.fails: indptr must be non-decreasing$") as info:
+        public(fails, "tests")("torch_segops.segment_sum: indptr must be non-decreasing")
     assert not isinstance(info.value, torch.OutOfMemoryError)
     assert so.segment_csr.__wrapped__ is not None, "the public functions carry the translation"

@@ -68,9 +68,11 @@ else:
         segment_sum_csr,
     )
     from ._alias import install_as_torch_scatter
-    from ._errors import torch_error_types as _torch_error_types
+    from ._errors import public as _public
 
-    # every public op function: a CUDA out-of-memory error is raised as torch.OutOfMemoryError (_errors.py)
+    # every public op function: errors name it; a CUDA out-of-memory error is raised as torch.OutOfMemoryError
+    # (_errors.py)
+    _wrapped: dict = {}
     for _name in (
         "gather_coo", "gather_csr", "scatter", "scatter_add", "scatter_log_softmax", "scatter_logsumexp",
         "scatter_max", "scatter_mean", "scatter_min", "scatter_mul", "scatter_plan", "scatter_softmax", "scatter_std",
@@ -78,8 +80,10 @@ else:
         "segment_logsumexp_csr", "segment_max_coo", "segment_max_csr", "segment_mean_coo", "segment_mean_csr",
         "segment_min_coo", "segment_min_csr", "segment_softmax_csr", "segment_sum_coo", "segment_sum_csr",
     ):
-        globals()[_name] = _torch_error_types(globals()[_name])
-    del _name
+        _fn = globals()[_name]
+        # an alias (segment_add_csr = segment_sum_csr) gets the same wrapper: pickle stores it by the defining name
+        _wrapped[_fn] = globals()[_name] = _wrapped.get(_fn) or _public(_fn, __name__)
+    del _name, _fn, _wrapped
 
 __all__ = [
     "LibraryLoadError",

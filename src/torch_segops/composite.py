@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_index_dtype, check_index_values, check_same_device
+from .ops import _check_out
 from .scatter import (ScatterPlan, _dim_and_size, _eager_arg_types, _index_shape, _rows_plan, scatter_max,
                       scatter_sum)
 
@@ -37,7 +38,12 @@ def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
     shape = _index_shape(fn, index, src, dim)
     check_index_dtype(fn, index)
     check_index_values(fn, index, size)
-    expanded = index.reshape(shape).expand(src.shape)
+    if out is not None:
+        out_shape: List[int] = list(src.shape)
+        out_shape[dim] = size
+        _check_out(fn, out, src.dtype, src.device, out_shape)
+    # int64 for torch's gather: its int32 path reads a broadcast (stride-0) index wrongly (torch 2.13: issue #36)
+    expanded = index.long().reshape(shape).expand(src.shape)
     plan: Optional[ScatterPlan] = None
     rows_only = src.numel() > 0
     for d in range(dim + 1, src.dim()):
@@ -78,12 +84,16 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[T
     dim, dim_size, expanded, plan = _prepare("scatter_logsumexp", src, index, dim, out, dim_size, True)
     mx, z = _recentred(src, index, expanded, dim, dim_size, plan)
     total = scatter_sum(z.exp(), index, dim, dim_size=dim_size, plan=plan)
-    if out is not None:
-        total = total + (out - mx).exp()
-    lse = (total + eps).log() + mx
     if out is None:
+        lse = (total + eps).log() + mx
         return torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
-    return _written_into(out, torch.where(lse.isfinite(), lse, out))
+    kept = ~((total.detach() + (out.detach() - mx).exp() + eps).log() + mx).isfinite()  # where out keeps its value
+    # where out is kept, its term and the max are replaced by finite stand-ins (0): the discarded branch of the
+    # where below must stay finite, or its zero gradient times an infinite derivative is NaN
+    centre = torch.where(kept, torch.zeros_like(mx), mx)
+    joined = total + (torch.where(kept, centre, out) - centre).exp()
+    lse = (joined + eps).log() + centre
+    return _written_into(out, torch.where(kept, out, lse))
 
 
 def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optional[int] = None) -> Tensor:
@@ -120,9 +130,10 @@ def scatter_std(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
     if unbiased:
         count = (count - 1).clamp(min=1)
     var = sq / (count + 1e-6)
-    # sqrt with gradient 0 where the variance is 0 (a single entry; pytorch_scatter's gradient is NaN there)
-    pos = var > 0
-    result = torch.where(pos, torch.where(pos, var, torch.ones_like(var)).sqrt(), torch.zeros_like(var))
+    # sqrt with gradient 0 where the variance is 0 (a single entry; pytorch_scatter's gradient is NaN there); a NaN
+    # (a NaN or infinite entry) or a negative variance (a negative out=) stays NaN, as sqrt gives
+    zero = var == 0
+    result = torch.where(zero, torch.zeros_like(var), torch.where(zero, torch.ones_like(var), var).sqrt())
     return result if out is None else _written_into(out, result)
 
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_same_device, size_arg
-from ._coo_kernel import index_offsets, naming_errors
+from ._coo_kernel import index_offsets
 from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, segment_lengths, sum_then_divide,
                           sums_integers_then_divides)
 from .ops import _check_index_types, _check_out, _check_type, _reduced_shape, _rows_of_out, _write_out
@@ -58,7 +58,7 @@ def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
         shape: List[int] = list(index.shape)
         shape[dim] = src.size(dim)
         index = index.expand(shape)
-    return index_offsets(fn, index, size, True)
+    return index_offsets(index, size, True)
 
 
 def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int]) -> int:
@@ -86,7 +86,9 @@ def _reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n
     if rule == "add":
         return out.copy_(out + values), arg
     if rule == "mul":
-        return out.copy_(out * values), arg
+        # values' gradient needs out's old values, which copy_ overwrites: autograd keeps a copy of them instead
+        old = out.clone() if torch.is_grad_enabled() and values.requires_grad else out
+        return out.copy_(old * values), arg
     if rule == "mean":
         return out.copy_(divide_by_counts(out + values, counts, rounding)), arg
     if rule != "min" and rule != "max":
@@ -183,27 +185,15 @@ def _one_pass_gather(src: Tensor, index: Tensor) -> bool:
     return src.device.type == "cpu" and index.dtype in (torch.int64, torch.int32)
 
 
-def _gather_index(fn: str, src: Tensor, index: Tensor) -> Tensor:
-    if not torch.jit.is_scripting():
-        return _gather_index_naming(fn, src, index)
-    return _ops.gather_index(src, index, True)
-
-
-def _gather_index_naming(fn: str, src: Tensor, index: Tensor) -> Tensor:
-    # eager only: TorchScript compiles no try statement
-    with naming_errors(fn, RuntimeError):
-        return _ops.gather_index(src, index, True)
-
-
 def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Row ``e`` of the output along dim is ``src``'s row ``index[e]`` (index sorted along its last
     dim); ``out``, when given, is overwritten. The gradient is a segment sum (deterministic)."""
     fn = "gather_coo"
     dim = _check_index_args(fn, src, index, out, False)
     if _one_pass_gather(src, index):
-        result = _gather_index(fn, src, index.expand(list(src.shape[:dim]) + [index.size(dim)]))
+        result = _ops.gather_index(src, index.expand(list(src.shape[:dim]) + [index.size(dim)]), True)
     else:
-        result = _ops.gather_csr(src, index_offsets(fn, index, src.size(dim), True), index.size(dim))
+        result = _ops.gather_csr(src, index_offsets(index, src.size(dim), True), index.size(dim))
     if out is not None:
         _check_out(fn, out, src.dtype, src.device, _reduced_shape(src, index, index.size(dim)))
     return _write_out(fn, out, result)

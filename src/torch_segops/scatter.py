@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
-from ._coo_kernel import index_offsets, naming
+from ._coo_kernel import index_offsets
 from ._reductions import combine_rule, has_arg, reduction_of
 from .coo import _reduce_csr, _reduce_into
 from .ops import _check_index_types, _check_type, _rows_of_out
@@ -74,18 +74,18 @@ def _native_order(index: Tensor) -> bool:
 
 def _index_sort(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
     if not torch.jit.is_scripting():
-        return _index_sort_naming(fn, rows, size, caller_index)
+        return _index_sort_eager(fn, rows, size, caller_index)
     return torch.ops.torch_segops.index_sort(rows, size)  # scripted: the values were checked first
 
 
-def _index_sort_naming(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
+def _index_sort_eager(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
     # eager only: TorchScript compiles no try statement
     try:
         return torch.ops.torch_segops.index_sort(rows, size)
     except RuntimeError as e:
         if str(e).startswith("torch_segops: index must"):
-            check_index_values(fn, caller_index, size)  # the error path only: the caller's position
-        raise naming(fn, e) from e
+            check_index_values(fn, caller_index, size)  # the error path only: the position in the caller's index
+        raise
 
 
 def _order(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tensor, Tensor]:
@@ -97,7 +97,7 @@ def _order(fn: str, rows: Tensor, size: int, caller_index: Tensor) -> Tuple[Tens
         return _index_sort(fn, rows, size, caller_index)
     check_index_values(fn, caller_index, size)  # before the sort: the caller's positions
     ordered, perm = torch.sort(rows, dim=-1, stable=True)
-    return perm, index_offsets(fn, ordered, size, False)
+    return perm, index_offsets(ordered, size, False)
 
 
 def _plan(fn: str, index: Tensor, size: int, caller_index: Tensor) -> ScatterPlan:
@@ -243,6 +243,8 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
     dim, size = _dim_and_size(fn, src, index, dim, out, dim_size)
     shape = _index_shape(fn, index, src, dim)
     check_index_dtype(fn, index)
+    if plan is not None and size == -1:
+        size = plan.indptr.size(-1) - 1  # the plan's dim_size
     if plan is None and src.numel() == 0:
         check_index_values(fn, index, size)
     if src.numel() == 0:
