@@ -121,9 +121,9 @@ def test_cuda_out_of_memory_message_becomes_torchs_type():
     oom = ("torch_segops.gather_csr: allocating out of shape (1099511627776, 3), float32, 13194139533312 bytes, "
            "on cuda:0 failed: CUDA out of memory. Tried to allocate 12.00 TiB.")
     with pytest.raises(torch.OutOfMemoryError, match="allocating out of shape") as info:
-        public(fails, "tests")(oom)
+        public(fails, "tests", "fails")(oom)
     assert isinstance(info.value.__cause__, RuntimeError)
     with pytest.raises(RuntimeError, match="^torch_segops.fails: indptr must be non-decreasing$") as info:
-        public(fails, "tests")("torch_segops.segment_sum: indptr must be non-decreasing")
+        public(fails, "tests", "fails")("torch_segops.segment_sum: indptr must be non-decreasing")
     assert not isinstance(info.value, torch.OutOfMemoryError)
     assert so.segment_csr.__wrapped__ is not None, "the public functions carry the translation"

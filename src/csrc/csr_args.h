@@ -64,18 +64,19 @@ void dispatch_dtype(ScalarType t, bool allow_int, const char* op, const char* ar
     default:
       break;
   }
-  fail(op, arg, " has unsupported dtype ", torch::headeronly::toString(t), "; supported: float16, bfloat16, float32, float64",
-       allow_int ? ", int32, int64" : " (integer dtypes only for " + integer_reduction_names() + " and gather)");
+  fail(op, arg, " has unsupported dtype ", torch_dtype_name(t),
+       "; supported: torch.float16, torch.bfloat16, torch.float32, torch.float64",
+       allow_int ? ", torch.int32, torch.int64" : " (integer dtypes only for " + integer_reduction_names() + " and gather)");
 }
 
 // Checks shapes, dtypes and devices (not the offsets themselves: that is backend work, see
 // validate_indptr in each backend). `src` has one row per segment when rows_are_segments (gather).
 inline CsrArgs make_csr_args(const Tensor& src, const Tensor& indptr, const char* op, const char* src_name = "src") {
   SEGOPS_CHECK(indptr.scalar_type() == ScalarType::Long || indptr.scalar_type() == ScalarType::Int, op,
-               "indptr must be int64 or int32, got ", torch::headeronly::toString(indptr.scalar_type()));
+               "indptr must be int64 or int32, got ", torch_dtype_name(indptr.scalar_type()));
   SEGOPS_CHECK(indptr.dim() >= 1, op, "indptr must have at least one dimension, got a 0-dim tensor");
   SEGOPS_CHECK(indptr.dim() <= src.dim(), op, "indptr has ", indptr.dim(), " dims but ", src_name, " only ", src.dim(),
-               "; reduction is along dim indptr.dim() - 1 of ", src_name);
+               "; the reduction runs along dim indptr.dim() - 1 of ", src_name);
   SEGOPS_CHECK(indptr.size(-1) >= 1, op, "indptr must hold at least one offset (its last dim is empty)");
   SEGOPS_CHECK(indptr.get_device_index() == src.get_device_index() && indptr.is_cuda() == src.is_cuda(), op,
                "indptr and ", src_name, " must be on the same device");

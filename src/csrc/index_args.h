@@ -27,7 +27,7 @@ template <typename F>
 void dispatch_index(ScalarType t, const F& f) {
   if (t == ScalarType::Long) return f(TypeTag<int64_t>{});
   if (t == ScalarType::Int) return f(TypeTag<int32_t>{});
-  throw std::runtime_error(std::string(kPrefix) + "index must be int64 or int32, got " + dtype_name(t));
+  throw std::runtime_error(std::string(kPrefix) + "index must be int64 or int32, got " + torch_dtype_name(t));
 }
 
 // index viewed as [rows, n] (contiguous), the output size and the [rows, size + 1] offsets.

@@ -78,9 +78,19 @@ inline const char* dtype_name(torch::headeronly::ScalarType t) {
     case ScalarType::Int: return "int32";
     case ScalarType::Long: return "int64";
     case ScalarType::Byte: return "uint8";
+    case ScalarType::Char: return "int8";
+    case ScalarType::Short: return "int16";
     case ScalarType::Bool: return "bool";
+    case ScalarType::ComplexFloat: return "complex64";
+    case ScalarType::ComplexDouble: return "complex128";
     default: return "another dtype";
   }
+}
+
+// A dtype as Python prints it (torch.float32), for messages that name the dtype a user passed.
+inline std::string torch_dtype_name(torch::headeronly::ScalarType t) {
+  const std::string name = dtype_name(t);
+  return name == "another dtype" ? name : "torch." + name;
 }
 
 inline int64_t dtype_bytes(torch::headeronly::ScalarType t) {

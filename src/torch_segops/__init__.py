@@ -72,7 +72,6 @@ else:
 
     # every public op function: errors name it; a CUDA out-of-memory error is raised as torch.OutOfMemoryError
     # (_errors.py)
-    _wrapped: dict = {}
     for _name in (
         "gather_coo", "gather_csr", "scatter", "scatter_add", "scatter_log_softmax", "scatter_logsumexp",
         "scatter_max", "scatter_mean", "scatter_min", "scatter_mul", "scatter_plan", "scatter_softmax", "scatter_std",
@@ -80,10 +79,8 @@ else:
         "segment_logsumexp_csr", "segment_max_coo", "segment_max_csr", "segment_mean_coo", "segment_mean_csr",
         "segment_min_coo", "segment_min_csr", "segment_softmax_csr", "segment_sum_coo", "segment_sum_csr",
     ):
-        _fn = globals()[_name]
-        # an alias (segment_add_csr = segment_sum_csr) gets the same wrapper: pickle stores it by the defining name
-        _wrapped[_fn] = globals()[_name] = _wrapped.get(_fn) or _public(_fn, __name__)
-    del _name, _fn, _wrapped
+        globals()[_name] = _public(globals()[_name], __name__, _name)
+    del _name
 
 __all__ = [
     "LibraryLoadError",

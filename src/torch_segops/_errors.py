@@ -40,10 +40,11 @@ def naming(fn: str, e: Exception) -> Exception:
     return kind(f"{_PREFIX}.{fn}: {rest}")
 
 
-def public(fn, module: str):
-    """fn as the public function ``<module>.<fn.__name__>``: its errors name it (naming), and a CUDA out-of-memory
-    error is raised as torch.OutOfMemoryError. pickle finds functions by module and name, and the module that
-    defined fn holds fn itself, not this wrapper: the wrapper says it is ``module``'s."""
+def public(fn, module: str, name: str):
+    """fn as the public function ``<module>.<name>``: its errors name it (naming), and a CUDA out-of-memory error is
+    raised as torch.OutOfMemoryError. pickle finds functions by module and name, and the module that defined fn holds
+    fn itself, not this wrapper: the wrapper says it is ``module``'s ``name`` (an alias such as segment_add_csr, the
+    same fn as segment_sum_csr, is a wrapper of its own, so that its errors and pickle say segment_add_csr)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -52,7 +53,7 @@ def public(fn, module: str):
         except (TypeError, ValueError, RuntimeError) as e:
             if isinstance(e, RuntimeError) and CUDA_OOM in str(e) and not isinstance(e, torch.OutOfMemoryError):
                 raise torch.OutOfMemoryError(str(e)) from e
-            named = naming(fn.__name__, e)
+            named = naming(name, e)
             if named is e:
                 raise
             raise named from e
@@ -61,5 +62,5 @@ def public(fn, module: str):
     setattr(wrapper, "__script_if_tracing_wrapper", True)
     setattr(wrapper, "__original_fn", fn)
     wrapper.__module__ = module
-    wrapper.__qualname__ = fn.__name__
+    wrapper.__name__ = wrapper.__qualname__ = name
     return wrapper

@@ -68,9 +68,18 @@ def _recentred(src: Tensor, index: Tensor, expanded: Tensor, dim: int, dim_size:
     return mx, z
 
 
+def _computing(t: Tensor) -> Tensor:
+    """float16/bfloat16 computed in float32 (as the segment kernels accumulate them): a std of values near 1000
+    would square past float16's range, an exp of a few thousand terms add with float16's rounding."""
+    if t.dtype == torch.float16 or t.dtype == torch.bfloat16:
+        return t.float()
+    return t
+
+
 def _written_into(out: Tensor, result: Tensor) -> Tensor:
-    """out= of the composite functions: ``out`` holds the result; it is returned, unless autograd records the
-    result (then the result, so that its gradient reaches src; ``out`` holds the same values)."""
+    """out= of the composite functions: ``out`` holds the result (in out's dtype); it is returned, unless autograd
+    records the result (then the result, so that its gradient reaches src; ``out`` holds the same values)."""
+    result = result.to(out.dtype)
     with torch.no_grad():
         out.copy_(result)
     return result if result.requires_grad else out
@@ -82,36 +91,38 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[T
     With ``out``, its values join each target's entries, and the result is written into ``out`` (where it is
     not finite, ``out`` keeps its value), as pytorch_scatter's."""
     dim, dim_size, expanded, plan = _prepare("scatter_logsumexp", src, index, dim, out, dim_size, True)
-    mx, z = _recentred(src, index, expanded, dim, dim_size, plan)
+    x = _computing(src)
+    mx, z = _recentred(x, index, expanded, dim, dim_size, plan)
     total = scatter_sum(z.exp(), index, dim, dim_size=dim_size, plan=plan)
     if out is None:
         lse = (total + eps).log() + mx
-        return torch.where(lse == float("-inf"), torch.zeros_like(lse), lse)
-    kept = ~((total.detach() + (out.detach() - mx).exp() + eps).log() + mx).isfinite()  # where out keeps its value
+        return torch.where(lse == float("-inf"), torch.zeros_like(lse), lse).to(src.dtype)
+    o = _computing(out)
+    kept = ~((total.detach() + (o.detach() - mx).exp() + eps).log() + mx).isfinite()  # where out keeps its value
     # where out is kept, its term and the max are replaced by finite stand-ins (0): the discarded branch of the
     # where below must stay finite, or its zero gradient times an infinite derivative is NaN
     centre = torch.where(kept, torch.zeros_like(mx), mx)
-    joined = total + (torch.where(kept, centre, out) - centre).exp()
+    joined = total + (torch.where(kept, centre, o) - centre).exp()
     lse = (joined + eps).log() + centre
-    return _written_into(out, torch.where(kept, out, lse))
+    return _written_into(out, torch.where(kept, o, lse))
 
 
 def scatter_softmax(src: Tensor, index: Tensor, dim: int = -1, dim_size: Optional[int] = None) -> Tensor:
     """Softmax over the entries scattered to each target, in src's shape."""
     dim, dim_size, expanded, plan = _prepare("scatter_softmax", src, index, dim, None, dim_size, True)
-    _, z = _recentred(src, index, expanded, dim, dim_size, plan)
+    _, z = _recentred(_computing(src), index, expanded, dim, dim_size, plan)
     e = z.exp()
     total = scatter_sum(e, index, dim, dim_size=dim_size, plan=plan)
-    return e / total.gather(dim, expanded)
+    return (e / total.gather(dim, expanded)).to(src.dtype)
 
 
 def scatter_log_softmax(src: Tensor, index: Tensor, dim: int = -1, eps: float = 1e-12,
                         dim_size: Optional[int] = None) -> Tensor:
     """``src - max - log(sum(exp(src - max)) + eps)`` over the entries scattered to each target, in src's shape."""
     dim, dim_size, expanded, plan = _prepare("scatter_log_softmax", src, index, dim, None, dim_size, True)
-    _, z = _recentred(src, index, expanded, dim, dim_size, plan)
+    _, z = _recentred(_computing(src), index, expanded, dim, dim_size, plan)
     total = scatter_sum(z.exp(), index, dim, dim_size=dim_size, plan=plan)
-    return z - (total + eps).log().gather(dim, expanded)
+    return (z - (total + eps).log().gather(dim, expanded)).to(src.dtype)
 
 
 def scatter_std(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
@@ -121,20 +132,30 @@ def scatter_std(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor]
     0 where there are no entries. With ``out``, the squared deviations are added to it and the result is
     written into ``out``. Its gradient is 0 where the deviation is 0 (a target with one entry), not NaN."""
     dim, dim_size, expanded, plan = _prepare("scatter_std", src, index, dim, out, dim_size, False)
-    count = scatter_sum(torch.ones_like(src), index, dim, dim_size=dim_size, plan=plan).clamp(min=1)
-    mean = scatter_sum(src, index, dim, dim_size=dim_size, plan=plan) / count
-    dev = src - mean.gather(dim, expanded)
-    sq = scatter_sum(dev * dev, index, dim, dim_size=dim_size, plan=plan)
+    x = _computing(src)
+    count = scatter_sum(torch.ones_like(x), index, dim, dim_size=dim_size, plan=plan).clamp(min=1)
+    mean = scatter_sum(x, index, dim, dim_size=dim_size, plan=plan) / count
+    dev = x - mean.gather(dim, expanded)
+    # the deviations (and out's sqrt) in units of the target's largest one (without gradient: it cancels), so that
+    # the squares stay in range: a std of 1e30 is a float32, its square is not; a deviation of 1e-40 squares to 0
+    unit = scatter_max(dev.detach().abs(), index, dim, dim_size=dim_size, plan=plan)[0]
     if out is not None:
-        sq = sq + out
+        unit = torch.maximum(unit, _computing(out).detach().abs().sqrt())
+    unit = torch.where((unit > 0) & unit.isfinite(), unit, torch.ones_like(unit))
+    scaled = dev / unit.gather(dim, expanded)
+    sq = scatter_sum(scaled * scaled, index, dim, dim_size=dim_size, plan=plan)
+    if out is not None:
+        sq = sq + _computing(out) / unit / unit
     if unbiased:
         count = (count - 1).clamp(min=1)
     var = sq / (count + 1e-6)
     # sqrt with gradient 0 where the variance is 0 (a single entry; pytorch_scatter's gradient is NaN there); a NaN
     # (a NaN or infinite entry) or a negative variance (a negative out=) stays NaN, as sqrt gives
     zero = var == 0
-    result = torch.where(zero, torch.zeros_like(var), torch.where(zero, torch.ones_like(var), var).sqrt())
-    return result if out is None else _written_into(out, result)
+    result = unit * torch.where(zero, torch.zeros_like(var), torch.where(zero, torch.ones_like(var), var).sqrt())
+    if out is None:
+        return result if not torch.is_floating_point(src) else result.to(src.dtype)
+    return _written_into(out, result)
 
 
 __all__: List[str] = ["scatter_logsumexp", "scatter_softmax", "scatter_log_softmax", "scatter_std"]
