@@ -342,3 +342,9 @@ def test_gather_index_opcheck_and_gradients():
     index = torch.tensor([[0, 0, 4, 4, 11], [1, 2, 2, 2, 3]])
     assert torch.autograd.gradcheck(lambda t: so.gather_coo(t, index), (x,))
     assert torch.autograd.gradgradcheck(lambda t: so.gather_coo(t, index), (x,))
+
+
+def test_gather_index_fake_kernel_refuses_mixed_devices():
+    """A meta index among CPU tensors sent the call to the shape-only kernel, which returned uninitialised memory."""
+    with pytest.raises(RuntimeError, match="^torch_segops.gather_index: index is on meta but src is on cpu"):
+        torch.ops.torch_segops.gather_index(torch.randn(4, 2), torch.zeros(3, dtype=torch.long, device="meta"), False)

@@ -1,6 +1,6 @@
 """The CPU kernels are compiled once per instruction set (baseline, and avx2 on x86-64) and picked at
 run time. The rest of the suite runs the set this machine picks; this file checks the choice and
-runs the op tests on the baseline set too, which every CPU of the target can run."""
+runs the kernel suites (BASELINE_SUITES) on the baseline set too, which every CPU of the target can run."""
 
 from __future__ import annotations
 
@@ -48,10 +48,17 @@ def test_avx2_is_picked_where_the_cpu_has_it():
     assert _isa_in_subprocess(None) == "avx2"
 
 
-def test_op_suite_passes_on_the_baseline_kernels():
+# The suites that exercise the kernels (the baseline set is the code aarch64 and x86-64 without AVX2 run): the CSR
+# ops, COO and scatter, gradients, determinism and the float64 differential.
+BASELINE_SUITES = ["test_ops.py", "test_coo.py", "test_scatter.py", "test_autograd.py", "test_determinism.py",
+                   "test_differential.py"]
+
+
+@pytest.mark.parametrize("suite", BASELINE_SUITES)
+def test_suite_passes_on_the_baseline_kernels(suite):
     env = dict(os.environ, TORCH_SEGOPS_CPU_ISA="baseline")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", os.path.join(HERE, "test_ops.py"), "-x", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", os.path.join(HERE, suite), "-x", "-q", "-p", "no:cacheprovider"],
         env=env, capture_output=True, text=True, cwd=HERE)
     tail = proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail

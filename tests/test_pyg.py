@@ -118,7 +118,8 @@ def test_never_installed_implicitly():
 
 
 @needs_pyg
-def test_warns_when_torch_geometric_came_first():
+def test_warns_when_torch_geometric_came_first(no_installed_torch_scatter):
+    """(Where a real torch_scatter is installed, PyG finds it at its import: the case does not arise.)"""
     code = textwrap.dedent("""
         import warnings, torch_geometric.typing as t, torch_segops
         with warnings.catch_warnings(record=True) as caught:

@@ -390,3 +390,49 @@ def test_out_of_range_on_the_native_path_names_the_callers_position():
                                         (torch.tensor([0, 1, 1, 3]), -1)], ids=["unsorted", "sorted_int32", "size_from_max"])
 def test_opcheck_index_sort(index, size):
     torch.library.opcheck(torch.ops.torch_segops.index_sort.default, (index, size))
+
+
+@pytest.mark.parametrize("call", ["scatter_mul", "scatter", "segment_coo"])
+def test_mul_backward_through_out(call):
+    """mul's gradient needs out's old values, which out= overwrites: it raised "modified by an inplace
+    operation"; now the gradients are the product rule's, to src and to a differentiable out."""
+    x = torch.tensor([[0.5, 2.0], [3.0, -1.0], [4.0, 0.25]], dtype=torch.float64, requires_grad=True)
+    index = torch.tensor([2, 0, 2]) if call != "segment_coo" else torch.tensor([0, 2, 2])
+    base = torch.tensor([[1.5, 2.0], [1.0, 1.0], [-2.0, 3.0]], dtype=torch.float64, requires_grad=True)
+    if call == "scatter_mul":
+        result = so.scatter_mul(x, index, 0, out=base.clone())
+    elif call == "scatter":
+        result = so.scatter(x, index, 0, out=base.clone(), reduce="mul")
+    else:
+        result = so.segment_coo(x, index, out=base.clone(), reduce="mul")
+    result.sum().backward()
+    want_x = torch.zeros_like(x)
+    want_base = torch.ones_like(base)
+    for r in range(3):
+        t = int(index[r])
+        others = [k for k in range(3) if int(index[k]) == t and k != r]
+        want_x[r] = base[t].detach() * torch.stack([x[k].detach() for k in others]).prod(0) if others else base[t]
+    for t in range(3):
+        rows = [k for k in range(3) if int(index[k]) == t]
+        if rows:
+            want_base[t] = torch.stack([x[k].detach() for k in rows]).prod(0)
+    torch.testing.assert_close(x.grad, want_x)
+    torch.testing.assert_close(base.grad, want_base)
+    x.grad = None
+    so.scatter_mul(x, index if call != "segment_coo" else torch.tensor([2, 0, 2]), 0,
+                   out=torch.ones(3, 2, dtype=torch.float64)).sum().backward()  # the issue's case: out plain
+    assert x.grad is not None and bool(x.grad.isfinite().all())
+
+
+def test_empty_src_with_a_plan_has_the_plans_size():
+    plan = so.scatter_plan(torch.empty(0, dtype=torch.long), 5)
+    assert so.scatter(torch.ones(0, 3), torch.empty(0, dtype=torch.long), 0, plan=plan).shape == (5, 3)
+    assert so.scatter(torch.ones(0, 3), torch.empty(0, dtype=torch.long), 0, dim_size=5).shape == (5, 3)
+
+
+@pytest.mark.parametrize("size", [2**63, 2**64, 10**30])
+def test_dim_size_past_int64_names_the_argument(size):
+    with pytest.raises(ValueError, match=rf"^torch_segops.scatter: dim_size must be < 2\*\*63, got {size}$"):
+        so.scatter(torch.ones(3), torch.tensor([0, 1, 2]), 0, dim_size=size)
+    with pytest.raises(ValueError, match=rf"^torch_segops.segment_coo: dim_size must be < 2\*\*63, got {size}$"):
+        so.segment_coo(torch.ones(3), torch.tensor([0, 1, 2]), dim_size=size)

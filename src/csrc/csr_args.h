@@ -124,12 +124,17 @@ inline Tensor output_for(const Tensor& src, const std::vector<int64_t>& sizes, S
   const Tensor& t = *given;
   SEGOPS_CHECK(t.is_cuda() == src.is_cuda() && t.get_device_index() == src.get_device_index(), op, name,
                " must be on the same device as src");
-  SEGOPS_CHECK(t.scalar_type() == dtype, op, name, " has the wrong dtype");
+  SEGOPS_CHECK(t.scalar_type() == dtype, op, name, " has dtype ", torch_dtype_name(t.scalar_type()), ", expected ",
+               torch_dtype_name(dtype));
   bool same = static_cast<size_t>(t.dim()) == sizes.size();
   for (size_t d = 0; same && d < sizes.size(); ++d) same = t.size(static_cast<int64_t>(d)) == sizes[d];
-  std::ostringstream want;
-  for (size_t d = 0; d < sizes.size(); ++d) want << (d ? ", " : "") << sizes[d];
-  SEGOPS_CHECK(same, op, name, " must have shape (", want.str(), ")");
+  auto shape = [](const std::vector<int64_t>& v) {
+    std::ostringstream os;
+    for (size_t d = 0; d < v.size(); ++d) os << (d ? ", " : "[") << v[d];
+    os << (v.empty() ? "[]" : "]");
+    return os.str();
+  };
+  SEGOPS_CHECK(same, op, name, " has shape ", shape(sizes_of(t)), ", expected ", shape(sizes));
   SEGOPS_CHECK(t.is_contiguous(), op, name, " must be contiguous");
   return t;
 }

@@ -30,7 +30,10 @@ def size_arg(fn: str, name: str, value) -> Optional[int]:
     """Eager only: ``None``, a SymInt (torch.compile), or an integer (numpy's too) as a Python int."""
     if value is None or isinstance(value, torch.SymInt):
         return value
-    return _integer(fn, name, value, "a non-negative int or None")
+    size = _integer(fn, name, value, "a non-negative int or None")
+    if size >= 2**63:  # the ops take int64 (a larger int reached them as "Expected a value of type 'int'")
+        raise ValueError(f"torch_segops.{fn}: {name} must be < 2**63, got {size}")
+    return size
 
 
 def dim_arg(fn: str, value) -> int:
