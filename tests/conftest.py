@@ -36,6 +36,7 @@ _COMMON = dict(
 settings.register_profile("default", max_examples=60, **_COMMON)
 settings.register_profile("thorough", max_examples=600, **_COMMON)
 settings.register_profile("sanitizer", max_examples=3, **_COMMON)  # under compute-sanitizer (tools/gpu_check.sh)
+settings.register_profile("second_pass", max_examples=15, **_COMMON)  # a suite rerun on other kernels (test_cpu_isa)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
