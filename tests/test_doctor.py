@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from doctor_module import load_doctor
+from doctor_module import load_doctor, load_libfile
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 D = load_doctor()
+L = load_libfile()
 
+LOCAL = "file:///home/u/.cache/torch-segops/output/channel"  # tools/main.sh's channel, holding its last build
 CPU_BUILD = {"version": "0.1.0", "variant": "cpu", "cuda_version": None, "cuda_archs": [], "torch_target": "2.10", "torch_headers": "2.13.0+cpu"}
 
 
@@ -35,6 +37,7 @@ def facts(**kw) -> "D.Facts":
         python="3.12.7", platform="Linux", in_conda_env=True, package_version="0.1.0",
         library_path="/env/lib/python3.12/site-packages/torch_segops/_C.so", library_exists=True,
         build_info=dict(CPU_BUILD), build_info_source="loaded", torch_version="2.13.0",
+        local_channel=LOCAL, channel_builds={LOCAL: ["cpu_h1a2b3c4_0"]},
     )
     base.update(kw)
     return D.Facts(**base)
@@ -61,7 +64,7 @@ def only(findings, code):
     "v, parsed", [("2.13.0+cpu", (2, 13, 0)), ("2.10.0a0+git1234", (2, 10, 0)), ("580.65.06", (580, 65, 6)), ("12.9", (12, 9)), ("", None), (None, None), ("cpu", None)]
 )
 def test_parse_version(v, parsed):
-    assert D.parse_version(v) == parsed
+    assert D.records.parse_version(v) == parsed
 
 
 @pytest.mark.parametrize(
@@ -70,7 +73,7 @@ def test_parse_version(v, parsed):
      ("580", "580", True), ("575.57.08", "580", False), ("525.60.13", "525.60.13", True), ("525.60.11", "525.60.13", False), (None, "2.10", None)],
 )
 def test_version_at_least(v, minimum, ok):
-    assert D.version_at_least(v, minimum) is ok
+    assert D.records.version_at_least(v, minimum) is ok
 
 
 @pytest.mark.parametrize(
@@ -79,13 +82,13 @@ def test_version_at_least(v, minimum, ok):
      ("90a-real", (9, 0, "a", True, False)), ("100f", (10, 0, "f", True, True)), ("sm_86", (8, 6, "", True, True))],
 )
 def test_parse_arch(entry, expected):
-    e = D.parse_arch(entry)
+    e = D.gpu_checks.parse_arch(entry)
     assert (e.major, e.minor, e.suffix, e.sass, e.ptx) == expected
 
 
 @pytest.mark.parametrize("entry", ["native", "all", "all-major", "", "75-realish"])
 def test_parse_arch_rejects_lists_it_cannot_judge(entry):
-    assert D.parse_arch(entry) is None
+    assert D.gpu_checks.parse_arch(entry) is None
 
 
 @pytest.mark.parametrize(
@@ -111,7 +114,7 @@ def test_parse_arch_rejects_lists_it_cannot_judge(entry):
     ],
 )
 def test_arch_support(cc, archs, kind, via):
-    got_kind, entry = D.arch_support(cc, archs)
+    got_kind, entry = D.gpu_checks.arch_support(cc, archs)
     assert got_kind == kind
     assert (entry.name if entry else None) == via
 
@@ -130,12 +133,12 @@ def test_read_build_info_from_file(tmp_path):
     )
     p = tmp_path / "_C.so"
     p.write_bytes(blob)
-    info = D.read_build_info_from_file(str(p))
+    info = D.probes.read_build_info_from_file(str(p))
     assert info["variant"] == "cuda" and info["cuda_version"] == "13.0"
     assert info["cuda_archs"] == ["75-real", "90-real", "120"]
     p.write_bytes(b"\x7fELF no build info here")
-    assert D.read_build_info_from_file(str(p)) is None
-    assert D.read_build_info_from_file(str(tmp_path / "absent.so")) is None
+    assert D.probes.read_build_info_from_file(str(p)) is None
+    assert D.probes.read_build_info_from_file(str(tmp_path / "absent.so")) is None
 
 
 @pytest.mark.parametrize(
@@ -148,15 +151,15 @@ def test_read_build_info_from_file(tmp_path):
     ],
 )
 def test_parse_nvrm_version(text, version):
-    assert D.parse_nvrm_version(text) == version
+    assert D.probes.parse_nvrm_version(text) == version
 
 
 def test_parse_nvidia_smi():
     out = "0, NVIDIA H100 80GB HBM3, 9.0, 580.65.06\n1, NVIDIA GeForce RTX 5090, 12.0, 580.65.06\n2, Some GPU, [N/A], 580.65.06\n"
-    gpus, driver = D.parse_nvidia_smi(out)
+    gpus, driver = D.probes.parse_nvidia_smi(out)
     assert driver == "580.65.06"
     assert gpus == [D.GPU(0, "NVIDIA H100 80GB HBM3", (9, 0)), D.GPU(1, "NVIDIA GeForce RTX 5090", (12, 0)), D.GPU(2, "Some GPU", None)]
-    assert D.parse_nvidia_smi("") == ([], None)
+    assert D.probes.parse_nvidia_smi("") == ([], None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +243,7 @@ def test_cpu_segops_with_gpu_and_cuda_torch():
     findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], driver_version="575.57.08"))
     f = only(findings, "cpu-segops-with-cuda-torch")
     assert f.severity == D.ERROR
-    assert 'mamba install "torch-segops * cuda129_*"' in f.fix and "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e ." in f.fix
+    assert f'mamba install -c {LOCAL} "torch-segops * cuda129_*"' in f.fix and "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e ." in f.fix
 
 
 def test_cpu_segops_with_cuda_torch_but_no_gpu_is_fine():
@@ -444,7 +447,7 @@ def test_find_cudatoolkit_reads_the_conda_meta_record(tmp_path):
         "cudatoolkit-11.8.0-h4ba93d1_13.json": {"name": "cudatoolkit", "version": "11.8.0"},
         "pytorch-2.13.0-cpu_generic_py312_h0_0.json": {"name": "pytorch", "version": "2.13.0"},
     })
-    assert D.find_cudatoolkit(str(env)) == "11.8.0"
+    assert D.install.find_cudatoolkit(str(env)) == "11.8.0"
 
 
 @pytest.mark.parametrize("records", [
@@ -454,12 +457,12 @@ def test_find_cudatoolkit_reads_the_conda_meta_record(tmp_path):
 ])
 def test_find_cudatoolkit_ignores_other_records(tmp_path, records):
     env = conda_env_with(tmp_path, records)
-    assert D.find_cudatoolkit(str(env)) is None
+    assert D.install.find_cudatoolkit(str(env)) is None
 
 
 def test_find_cudatoolkit_without_an_environment(tmp_path):
-    assert D.find_cudatoolkit(None) is None
-    assert D.find_cudatoolkit(str(tmp_path / "missing")) is None
+    assert D.install.find_cudatoolkit(None) is None
+    assert D.install.find_cudatoolkit(str(tmp_path / "missing")) is None
 
 
 def test_cudatoolkit_is_named_with_the_fix():
@@ -530,11 +533,11 @@ def memory_capped(headroom_gb=2):
 
 def test_elf_problem_finds_a_truncated_shared_object(tmp_path):
     good = a_shared_object().read_bytes()
-    assert D.elf_problem(str(a_shared_object())) is None
+    assert L.elf_problem(str(a_shared_object())) is None
     for keep in (20, 63, 4096, len(good) // 2, len(good) - 1):
         cut = tmp_path / f"cut{keep}.so"
         cut.write_bytes(good[:keep])
-        problem = D.elf_problem(str(cut))
+        problem = L.elf_problem(str(cut))
         assert problem and "truncated" in problem and str(cut) in problem, (keep, problem)
 
 
@@ -546,7 +549,7 @@ def test_elf_problem_names_files_that_are_not_shared_objects(tmp_path):
              str(tmp_path / "fifo"): "FIFO"}
     with no_hang(), memory_capped():
         for path, kind in cases.items():
-            assert kind in (D.elf_problem(path) or ""), path
+            assert kind in (L.elf_problem(path) or ""), path
 
 
 def test_a_damaged_library_is_reported_with_the_reinstall_command():
@@ -597,14 +600,14 @@ def test_real_doctor_survives_hostile_library_files(tmp_path, kind):
 def test_read_build_info_treats_values_that_are_not_strings_as_unknown(tmp_path):
     p = tmp_path / "_C.so"
     p.write_text('{"version": "0.1.0", "variant": "cuda", "cuda_version": 12.9, "cuda_archs": 7, "torch_target": [2]}')
-    info = D.read_build_info_from_file(str(p))
+    info = D.probes.read_build_info_from_file(str(p))
     assert info["variant"] == "cuda" and info["cuda_version"] is None and info["cuda_archs"] is None
     assert info["torch_target"] is None
     D.render(facts(build_info=info, build_info_source="file", gpus=[h100()]), D.diagnose(facts(build_info=info, gpus=[h100()])))
     p.write_text('{"version": "0.1.0", "cuda_archs": ["75-real", "90"]}')
-    assert D.read_build_info_from_file(str(p))["cuda_archs"] == ["75-real", "90"]
+    assert D.probes.read_build_info_from_file(str(p))["cuda_archs"] == ["75-real", "90"]
     with no_hang(), memory_capped():
-        assert D.read_build_info_from_file("/dev/zero") is None
+        assert D.probes.read_build_info_from_file("/dev/zero") is None
 
 
 @pytest.mark.parametrize("offset", [0, (1 << 20) - 7, (1 << 20) - 40, 3 << 20])
@@ -613,9 +616,9 @@ def test_build_info_is_found_across_read_chunks(tmp_path, offset):
     blob = b'{"version": "0.1.0", "variant": "cpu", "cuda_archs": ""}'
     p = tmp_path / "_C.so"
     p.write_bytes(b"\x7fELF" + b"x" * offset + blob + b"\x00tail}" + b"y" * 100)
-    assert D.read_build_info_from_file(str(p)) == {"version": "0.1.0", "variant": "cpu", "cuda_archs": [],
+    assert D.probes.read_build_info_from_file(str(p)) == {"version": "0.1.0", "variant": "cpu", "cuda_archs": [],
                                                    "cuda_version": None}
-    assert D.find_in_file(str(p), b'{"version": "', b"}") == blob
+    assert D.install.find_in_file(str(p), b'{"version": "', b"}") == blob
 
 
 def test_find_cudatoolkit_skips_records_that_are_not_regular_files(tmp_path):
@@ -624,7 +627,7 @@ def test_find_cudatoolkit_skips_records_that_are_not_regular_files(tmp_path):
     os.symlink("/dev/zero", env / "conda-meta" / "cudatoolkit-11.7.0-h0_0.json")
     os.mkfifo(env / "conda-meta" / "cudatoolkit-11.6.0-h0_0.json")
     with no_hang(), memory_capped():
-        assert D.find_cudatoolkit(str(env)) == "11.8.0"
+        assert D.install.find_cudatoolkit(str(env)) == "11.8.0"
 
 
 def test_parse_nvidia_smi_counts_only_gpu_lines():
@@ -635,7 +638,7 @@ def test_parse_nvidia_smi_counts_only_gpu_lines():
            "2, Some GPU, garbage, 580.65.06\n"
            "3, Some GPU, 8.6, not a driver\n"
            "4, NVIDIA A100-SXM4-80GB, [N/A], [N/A]\n")
-    gpus, driver = D.parse_nvidia_smi(out)
+    gpus, driver = D.probes.parse_nvidia_smi(out)
     assert gpus == [D.GPU(0, "NVIDIA H100 80GB HBM3", (9, 0)), D.GPU(4, "NVIDIA A100-SXM4-80GB", None)]
     assert driver == "580.65.06"
 
@@ -652,5 +655,5 @@ def test_real_doctor_and_import_report_a_torch_that_exits(tmp_path):
     imp = subprocess.run([sys.executable, "-c", "import torch_segops"], capture_output=True, text=True, timeout=300,
                          env=env, cwd=tmp_path)
     assert imp.returncode == 1 and "ImportError" in imp.stderr, imp.stderr[-2000:]
-    assert D.describe_torch_import_error(SystemExit("broken torch")) in imp.stderr
+    assert L.describe_torch_import_error(SystemExit("broken torch")) in imp.stderr
     assert "torch_segops.doctor" in imp.stderr
