@@ -36,10 +36,15 @@ def torch_fix(f: Facts, minimum: str = MIN_TORCH, flag: str = "", cuda: str | No
     return f"pip install{flag} 'torch>={minimum}'{index}"
 
 
+def installed_by(f: Facts) -> str:
+    """"pip" or "conda": what installed torch_segops (else what this environment suggests)."""
+    return (f.install or {}).get("kind") or ("conda" if f.in_conda_env else "pip")
+
+
 def segops_fix(f: Facts, build: str | None = None, force: bool = False) -> str:
     """Install torch_segops (the conda ``build``: "cpu", "cuda129"; None: any) the way this one was installed."""
     install = f.install or {}
-    if (install.get("kind") or ("conda" if f.in_conda_env else "pip")) == "pip":
+    if installed_by(f) == "pip":
         cuda = "TORCH_SEGOPS_WITH_CUDA=1 " if build and build != "cpu" else ""
         how = " --force-reinstall --no-deps" if force else ""
         cmd = f"{cuda}pip install --no-build-isolation{how} {'-e ' if install.get('editable') else ''}{install.get('source') or '.'}"
@@ -57,7 +62,7 @@ def segops_fix(f: Facts, build: str | None = None, force: bool = False) -> str:
 def fix_cuda_segops(f: Facts, cuda: str | None = None) -> str:
     build = build_name(cuda or f.torch_cuda_version or SUGGESTED_CUDA)
     source = "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e .  (from a source checkout)"
-    if (f.install or {}).get("kind") == "pip" or not f.in_conda_env:
+    if installed_by(f) == "pip":
         return f"rebuild with CUDA: {segops_fix(f, build)}"
     return f"{segops_fix(f, build)}   or, building from source: {source}"
 
@@ -144,7 +149,7 @@ def check_variant(f: Facts) -> list[Finding]:
                                                    "(fine on a login node)")]
     if variant(f) == "cuda" and not f.torch_cuda_version:
         return [Finding(ERROR, "cuda-segops-with-cpu-torch", f"torch_segops is a CUDA {built} build but torch {f.torch_version} is a cpu build",
-                        torch_fix(f, cuda=build_cuda(f) or SUGGESTED_CUDA) + "   or install the cpu build of torch_segops")]
+                        f"{torch_fix(f, cuda=build_cuda(f) or SUGGESTED_CUDA)}   or install the cpu build of torch_segops: {segops_fix(f, 'cpu')}")]
     if variant(f) == "cuda" and cuda_major(f.torch_cuda_version) != cuda_major(build_cuda(f)):
         return [Finding(ERROR, "cuda-major-mismatch", f"torch_segops was built with CUDA {built} but torch uses CUDA "
                                                       f"{f.torch_cuda_version}: different CUDA majors", fix_cuda_segops(f, f.torch_cuda_version))]

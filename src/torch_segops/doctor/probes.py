@@ -124,7 +124,7 @@ def _died(rc: int | None, stage: str, stderr: str) -> str:
 
 
 def probe_in_child(f: Facts, load: bool) -> None:
-    """torch's facts and, with ``load``, the library loaded and one op run, all in a child process."""
+    """torch's facts and, with ``load``, the library loaded and one op run, all in a child process (child.py)."""
     env = {**os.environ, _libfile.LIBRARY_ENV: f.library_path} if load else None
     with open(os.path.join(os.path.dirname(__file__), "child.py")) as fh:
         cmd = [sys.executable, "-c", fh.read(), "load" if load else "", os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
@@ -132,33 +132,32 @@ def probe_in_child(f: Facts, load: bool) -> None:
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT)
         out, err, rc = r.stdout, r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:  # its output may come as bytes
-        out, err, rc = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr, None))
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
         rc = None
     except OSError as e:
         out, err, rc = "", str(e), 1
-    got, stage = {}, "torch"
-    for line in out.splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        stage = d.get("stage", stage) if isinstance(d, dict) else stage
-        got.update(d if isinstance(d, dict) else {})
-    died = None if stage in got else _died(rc, stage, err)
-    t = got.get("torch") or {"error": died}
-    f.torch_path = t.get("path")
-    f.torch_error = _libfile.describe_torch_import_error(SystemExit(t["exit"])) if "exit" in t else t.get("error")
-    if not f.torch_error:
-        f.torch_version, f.torch_cuda_version = t.get("version"), t.get("cuda")
-        f.torch_cuda_available, f.torch_cuda_error = t.get("cuda_available"), t.get("cuda_error")
-        if t.get("gpus") and not f.gpus:
-            f.gpus, f.gpu_source = [GPU(i, name, tuple(cc)) for i, name, cc in t["gpus"]], "torch"
+    lines = [d for d in map(_json_or_none, out.splitlines()) if isinstance(d, dict)]
+    done, got = [d.pop("stage", None) for d in lines], {k: v for d in lines for k, v in d.items()}
+    for stage in ("torch", "library", "op")[: 3 if load else 1]:
+        if stage not in done and not (got.get("torch_error") or got.get("library_error")):  # it died, not stopped
+            got["torch_error" if stage == "torch" else "library_error"] = _died(rc, stage, err)
+            break
+    if "torch_exit" in got:
+        got["torch_error"] = _libfile.describe_torch_import_error(SystemExit(got["torch_exit"]))
+    if got.get("torch_gpus") and not f.gpus:
+        f.gpus, f.gpu_source = [GPU(i, name, tuple(cc)) for i, name, cc in got["torch_gpus"]], "torch"
+    for k, v in got.items():
+        if k in Facts.__dataclass_fields__ and k != "gpus":
+            setattr(f, k, v)
     if load and f.torch_version is None:
         f.library_error = "not loaded: torch is not usable"
-    elif load and "error" in got.get("library", {"error": died}):
-        f.library_error = got.get("library", {"error": died})["error"]
-    elif load:
-        f.build_info, f.build_info_source, f.library_error = got["library"], "loaded", got.get("op", died)
+
+
+def _json_or_none(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:  # the library or torch printed something
+        return None
 
 
 def gather_facts() -> Facts:

@@ -1,8 +1,5 @@
-"""The doctor's records (Facts, GPU, Finding), the compatibility constants, version helpers.
-
-The numeric facts below (minimum torch, minimum driver per CUDA major) are copies of
-``data/compat.yaml``; ``tests/test_environments.py`` checks that they agree.
-"""
+"""The doctor's records (Facts, GPU, Finding), the compatibility constants (copies of ``data/compat.yaml``;
+``tests/test_environments.py`` checks that they agree), version helpers."""
 
 from __future__ import annotations
 
@@ -67,10 +64,7 @@ class Facts:
     driver_cuda_version: str | None = None  # newest CUDA the driver supports, e.g. "13.0"
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        for g in d["gpus"]:
-            g["capability"] = list(g["capability"]) if g["capability"] else None
-        return d
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Facts":
