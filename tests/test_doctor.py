@@ -782,6 +782,44 @@ def test_real_doctor_checks_the_sha256_in_conda_meta(tmp_path):
     assert "conda-meta" in only(found, "library").message and not D.has_errors(found)
 
 
+def test_real_doctor_reads_the_record_a_conda_installer_writes(tmp_path):
+    """The record py-rattler (mamba 2's installer) writes for a package of this library, installed from a local
+    channel: the doctor checks its sha256 and names that channel."""
+    rattler = pytest.importorskip("rattler", reason="py-rattler installs the package (pip install py-rattler)")
+    pytest.importorskip("torch")
+    import asyncio
+    import io
+    import tarfile
+
+    good, rel = installed_library().read_bytes(), "lib/python3.12/site-packages/torch_segops/_C.so"
+    files = {"info/index.json": json.dumps({"name": "torch-segops", "version": "0.1.0", "build": "cpu_h1a2b3c4_0", "build_number": 0,
+                                            "subdir": "linux-64", "depends": []}),
+             "info/paths.json": json.dumps({"paths_version": 1, "paths": [{"_path": rel, "path_type": "hardlink",
+                                            "sha256": hashlib.sha256(good).hexdigest(), "size_in_bytes": len(good)}]}),
+             "info/files": rel + "\n", rel: good}
+    channel = tmp_path / "channel"
+    (channel / "linux-64").mkdir(parents=True)
+    with tarfile.open(channel / "linux-64" / "torch-segops-0.1.0-cpu_h1a2b3c4_0.tar.bz2", "w:bz2") as tar:
+        for name, data in files.items():
+            data = data.encode() if isinstance(data, str) else data
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+    async def install():
+        await rattler.index.index_fs(channel, write_shards=False)
+        records = await rattler.solve([channel.as_uri()], ["torch-segops"], platforms=[rattler.Subdir("linux-64")])
+        await rattler.install(records, tmp_path / "env", cache_dir=tmp_path / "cache", show_progress=False)
+
+    asyncio.run(install())
+    lib = tmp_path / "env" / rel
+    damaged_copy(lib, "random")
+    found = findings_of(run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path))
+    damaged = only(found, "library-damaged")
+    assert "sha256" in damaged.message and "torch-segops-0.1.0-cpu_h1a2b3c4_0.json" in damaged.message
+    assert damaged.fix == f'mamba install --force-reinstall -c {channel.as_uri()} "torch-segops * cpu_*"'
+
+
 def test_conda_record_reads_paths_data(tmp_path):
     lib = conda_env(tmp_path, b"rewritten", b"as packaged", "https://example.org/my-channel",
                     sha256_in_prefix=hashlib.sha256(b"rewritten").hexdigest(), prefix_placeholder="/opt/placeholder")

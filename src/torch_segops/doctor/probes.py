@@ -129,7 +129,7 @@ def probe_in_child(f: Facts, load: bool) -> None:
     with open(os.path.join(os.path.dirname(__file__), "child.py")) as fh:
         cmd = [sys.executable, "-c", fh.read(), "load" if load else "", os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT)
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, timeout=CHILD_TIMEOUT)
         out, err, rc = r.stdout, r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:  # its output may come as bytes
         out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
@@ -181,8 +181,12 @@ def gather_facts() -> Facts:
         f.library_file_problem = _libfile.library_file_problem(f.library_path)
         f.install = conda_record(f.library_path) or pip_record(f.library_path)
     if f.library_exists and not f.library_file_problem and (f.install or {}).get("sha256"):
-        f.library_sha256, want = file_sha256(f.library_path), f.install["sha256"]
-        if f.library_sha256 != want:
+        want = f.install["sha256"]
+        try:
+            f.library_sha256 = file_sha256(f.library_path)
+        except OSError as e:
+            f.library_file_problem = f"{f.library_path} cannot be read: {e}"
+        if f.library_sha256 and f.library_sha256 != want:
             f.library_file_problem = (f"{f.library_path} is not the file that was installed: its sha256 is {f.library_sha256}, "
                                       f"{f.install['record']} records {want} (a damaged disk or copy, or a file replaced or edited)")
     if f.library_file_problem:
