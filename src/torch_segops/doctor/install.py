@@ -118,19 +118,22 @@ def pip_record(path: str) -> dict | None:
             digest = next((r[1] for r in rows if len(r) > 1 and r[0] == rel), None)
             if digest is None:
                 continue
-            sha = base64.urlsafe_b64decode(digest[7:] + "=" * (-len(digest[7:]) % 4)).hex() if digest.startswith("sha256=") else None
+            try:
+                sha = base64.urlsafe_b64decode(digest[7:] + "==").hex() if digest.startswith("sha256=") else None
+            except ValueError:  # not base64
+                sha = None
             url = _json(os.path.join(dist, "direct_url.json"))
-            url = url if isinstance(url, dict) else {}
-            local = url2pathname(urlparse(str(url.get("url"))).path) if str(url.get("url")).startswith("file:") else None
+            url, folder_install = (url, isinstance(url.get("dir_info"), dict)) if isinstance(url, dict) else ({}, False)
+            local = url2pathname(urlparse(url["url"]).path) if folder_install and str(url.get("url")).startswith("file:") else None
             return {"kind": "pip", "record": os.path.join(dist, "RECORD"), "sha256": sha,
-                    "source": local if local and "dir_info" in url and os.path.isdir(local) else None,
-                    "editable": bool((url.get("dir_info") or {}).get("editable"))}
+                    "source": local if local and os.path.isdir(local) else None,
+                    "editable": bool(local and url["dir_info"].get("editable"))}
     return None
 
 
 def local_channel() -> str:
     """The channel tools/main.sh builds (``<tools.conda_tools.cache_dir()>/output/channel``; a test checks they agree)."""
-    cache = os.environ.get("TORCH_SEGOPS_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "torch-segops")
+    cache = os.environ.get("TORCH_SEGOPS_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch-segops")
     return Path(cache).expanduser().resolve().joinpath("output", "channel").as_uri()
 
 
