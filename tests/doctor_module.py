@@ -1,24 +1,32 @@
 """The doctor package loaded by path, for tests/test_doctor.py and tests/test_environments.py.
 
-Loaded from src/ as a package of its own name (its modules import each other relatively), so that
-these tests need neither the compiled library nor an installed torch_segops: importing
-``torch_segops`` would load the library first.
+Loaded from src/ under a package name of its own whose ``__init__`` is not run (importing ``torch_segops`` loads
+the compiled library first): these tests need neither the library nor an installed torch_segops. The doctor's
+relative imports reach its siblings there (``from .._libfile import ...``).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
+import types
 from pathlib import Path
 
-DOCTOR_DIR = Path(__file__).resolve().parents[1] / "src" / "torch_segops" / "doctor"
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / "torch_segops"
+PARENT = "_segops_under_test"
 
 
-def load_doctor(name: str = "_doctor_under_test"):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, DOCTOR_DIR / "__init__.py", submodule_search_locations=[str(DOCTOR_DIR)])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def load_doctor():
+    if f"{PARENT}.doctor" not in sys.modules:
+        parent = types.ModuleType(PARENT)
+        parent.__path__ = [str(PACKAGE_DIR)]
+        sys.modules[PARENT] = parent
+        importlib.import_module(f"{PARENT}.doctor")
+    return sys.modules[f"{PARENT}.doctor"]
+
+
+def load_libfile():
+    """src/torch_segops/_libfile.py, the module below the loader and the doctor."""
+    load_doctor()
+    return importlib.import_module(f"{PARENT}._libfile")

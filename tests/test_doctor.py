@@ -4,25 +4,33 @@
 
 from __future__ import annotations
 
+import ast
+import base64
 import contextlib
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
+import random
+import re
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from doctor_module import load_doctor
+from doctor_module import load_doctor, load_libfile
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 D = load_doctor()
+L = load_libfile()
 
+LOCAL = "file:///home/u/.cache/torch-segops/output/channel"  # tools/main.sh's channel, holding its last build
 CPU_BUILD = {"version": "0.1.0", "variant": "cpu", "cuda_version": None, "cuda_archs": [], "torch_target": "2.10", "torch_headers": "2.13.0+cpu"}
 
 
@@ -35,6 +43,7 @@ def facts(**kw) -> "D.Facts":
         python="3.12.7", platform="Linux", in_conda_env=True, package_version="0.1.0",
         library_path="/env/lib/python3.12/site-packages/torch_segops/_C.so", library_exists=True,
         build_info=dict(CPU_BUILD), build_info_source="loaded", torch_version="2.13.0",
+        local_channel=LOCAL, channel_builds={LOCAL: ["cpu_h1a2b3c4_0"]},
     )
     base.update(kw)
     return D.Facts(**base)
@@ -61,7 +70,7 @@ def only(findings, code):
     "v, parsed", [("2.13.0+cpu", (2, 13, 0)), ("2.10.0a0+git1234", (2, 10, 0)), ("580.65.06", (580, 65, 6)), ("12.9", (12, 9)), ("", None), (None, None), ("cpu", None)]
 )
 def test_parse_version(v, parsed):
-    assert D.parse_version(v) == parsed
+    assert D.records.parse_version(v) == parsed
 
 
 @pytest.mark.parametrize(
@@ -70,7 +79,7 @@ def test_parse_version(v, parsed):
      ("580", "580", True), ("575.57.08", "580", False), ("525.60.13", "525.60.13", True), ("525.60.11", "525.60.13", False), (None, "2.10", None)],
 )
 def test_version_at_least(v, minimum, ok):
-    assert D.version_at_least(v, minimum) is ok
+    assert D.records.version_at_least(v, minimum) is ok
 
 
 @pytest.mark.parametrize(
@@ -79,13 +88,13 @@ def test_version_at_least(v, minimum, ok):
      ("90a-real", (9, 0, "a", True, False)), ("100f", (10, 0, "f", True, True)), ("sm_86", (8, 6, "", True, True))],
 )
 def test_parse_arch(entry, expected):
-    e = D.parse_arch(entry)
+    e = D.gpu_checks.parse_arch(entry)
     assert (e.major, e.minor, e.suffix, e.sass, e.ptx) == expected
 
 
 @pytest.mark.parametrize("entry", ["native", "all", "all-major", "", "75-realish"])
 def test_parse_arch_rejects_lists_it_cannot_judge(entry):
-    assert D.parse_arch(entry) is None
+    assert D.gpu_checks.parse_arch(entry) is None
 
 
 @pytest.mark.parametrize(
@@ -111,7 +120,7 @@ def test_parse_arch_rejects_lists_it_cannot_judge(entry):
     ],
 )
 def test_arch_support(cc, archs, kind, via):
-    got_kind, entry = D.arch_support(cc, archs)
+    got_kind, entry = D.gpu_checks.arch_support(cc, archs)
     assert got_kind == kind
     assert (entry.name if entry else None) == via
 
@@ -130,12 +139,12 @@ def test_read_build_info_from_file(tmp_path):
     )
     p = tmp_path / "_C.so"
     p.write_bytes(blob)
-    info = D.read_build_info_from_file(str(p))
+    info = D.probes.read_build_info_from_file(str(p))
     assert info["variant"] == "cuda" and info["cuda_version"] == "13.0"
     assert info["cuda_archs"] == ["75-real", "90-real", "120"]
     p.write_bytes(b"\x7fELF no build info here")
-    assert D.read_build_info_from_file(str(p)) is None
-    assert D.read_build_info_from_file(str(tmp_path / "absent.so")) is None
+    assert D.probes.read_build_info_from_file(str(p)) is None
+    assert D.probes.read_build_info_from_file(str(tmp_path / "absent.so")) is None
 
 
 @pytest.mark.parametrize(
@@ -148,15 +157,15 @@ def test_read_build_info_from_file(tmp_path):
     ],
 )
 def test_parse_nvrm_version(text, version):
-    assert D.parse_nvrm_version(text) == version
+    assert D.probes.parse_nvrm_version(text) == version
 
 
 def test_parse_nvidia_smi():
     out = "0, NVIDIA H100 80GB HBM3, 9.0, 580.65.06\n1, NVIDIA GeForce RTX 5090, 12.0, 580.65.06\n2, Some GPU, [N/A], 580.65.06\n"
-    gpus, driver = D.parse_nvidia_smi(out)
+    gpus, driver = D.probes.parse_nvidia_smi(out)
     assert driver == "580.65.06"
     assert gpus == [D.GPU(0, "NVIDIA H100 80GB HBM3", (9, 0)), D.GPU(1, "NVIDIA GeForce RTX 5090", (12, 0)), D.GPU(2, "Some GPU", None)]
-    assert D.parse_nvidia_smi("") == ([], None)
+    assert D.probes.parse_nvidia_smi("") == ([], None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +249,7 @@ def test_cpu_segops_with_gpu_and_cuda_torch():
     findings = D.diagnose(facts(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], driver_version="575.57.08"))
     f = only(findings, "cpu-segops-with-cuda-torch")
     assert f.severity == D.ERROR
-    assert 'mamba install "torch-segops * cuda129_*"' in f.fix and "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e ." in f.fix
+    assert f'mamba install -c {LOCAL} "torch-segops * cuda129_*"' in f.fix and "TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e ." in f.fix
 
 
 def test_cpu_segops_with_cuda_torch_but_no_gpu_is_fine():
@@ -444,7 +453,7 @@ def test_find_cudatoolkit_reads_the_conda_meta_record(tmp_path):
         "cudatoolkit-11.8.0-h4ba93d1_13.json": {"name": "cudatoolkit", "version": "11.8.0"},
         "pytorch-2.13.0-cpu_generic_py312_h0_0.json": {"name": "pytorch", "version": "2.13.0"},
     })
-    assert D.find_cudatoolkit(str(env)) == "11.8.0"
+    assert D.install.find_cudatoolkit(str(env)) == "11.8.0"
 
 
 @pytest.mark.parametrize("records", [
@@ -454,12 +463,12 @@ def test_find_cudatoolkit_reads_the_conda_meta_record(tmp_path):
 ])
 def test_find_cudatoolkit_ignores_other_records(tmp_path, records):
     env = conda_env_with(tmp_path, records)
-    assert D.find_cudatoolkit(str(env)) is None
+    assert D.install.find_cudatoolkit(str(env)) is None
 
 
 def test_find_cudatoolkit_without_an_environment(tmp_path):
-    assert D.find_cudatoolkit(None) is None
-    assert D.find_cudatoolkit(str(tmp_path / "missing")) is None
+    assert D.install.find_cudatoolkit(None) is None
+    assert D.install.find_cudatoolkit(str(tmp_path / "missing")) is None
 
 
 def test_cudatoolkit_is_named_with_the_fix():
@@ -530,11 +539,11 @@ def memory_capped(headroom_gb=2):
 
 def test_elf_problem_finds_a_truncated_shared_object(tmp_path):
     good = a_shared_object().read_bytes()
-    assert D.elf_problem(str(a_shared_object())) is None
+    assert L.elf_problem(str(a_shared_object())) is None
     for keep in (20, 63, 4096, len(good) // 2, len(good) - 1):
         cut = tmp_path / f"cut{keep}.so"
         cut.write_bytes(good[:keep])
-        problem = D.elf_problem(str(cut))
+        problem = L.elf_problem(str(cut))
         assert problem and "truncated" in problem and str(cut) in problem, (keep, problem)
 
 
@@ -546,7 +555,7 @@ def test_elf_problem_names_files_that_are_not_shared_objects(tmp_path):
              str(tmp_path / "fifo"): "FIFO"}
     with no_hang(), memory_capped():
         for path, kind in cases.items():
-            assert kind in (D.elf_problem(path) or ""), path
+            assert kind in (L.elf_problem(path) or ""), path
 
 
 def test_a_damaged_library_is_reported_with_the_reinstall_command():
@@ -597,14 +606,14 @@ def test_real_doctor_survives_hostile_library_files(tmp_path, kind):
 def test_read_build_info_treats_values_that_are_not_strings_as_unknown(tmp_path):
     p = tmp_path / "_C.so"
     p.write_text('{"version": "0.1.0", "variant": "cuda", "cuda_version": 12.9, "cuda_archs": 7, "torch_target": [2]}')
-    info = D.read_build_info_from_file(str(p))
+    info = D.probes.read_build_info_from_file(str(p))
     assert info["variant"] == "cuda" and info["cuda_version"] is None and info["cuda_archs"] is None
     assert info["torch_target"] is None
     D.render(facts(build_info=info, build_info_source="file", gpus=[h100()]), D.diagnose(facts(build_info=info, gpus=[h100()])))
     p.write_text('{"version": "0.1.0", "cuda_archs": ["75-real", "90"]}')
-    assert D.read_build_info_from_file(str(p))["cuda_archs"] == ["75-real", "90"]
+    assert D.probes.read_build_info_from_file(str(p))["cuda_archs"] == ["75-real", "90"]
     with no_hang(), memory_capped():
-        assert D.read_build_info_from_file("/dev/zero") is None
+        assert D.probes.read_build_info_from_file("/dev/zero") is None
 
 
 @pytest.mark.parametrize("offset", [0, (1 << 20) - 7, (1 << 20) - 40, 3 << 20])
@@ -613,9 +622,9 @@ def test_build_info_is_found_across_read_chunks(tmp_path, offset):
     blob = b'{"version": "0.1.0", "variant": "cpu", "cuda_archs": ""}'
     p = tmp_path / "_C.so"
     p.write_bytes(b"\x7fELF" + b"x" * offset + blob + b"\x00tail}" + b"y" * 100)
-    assert D.read_build_info_from_file(str(p)) == {"version": "0.1.0", "variant": "cpu", "cuda_archs": [],
+    assert D.probes.read_build_info_from_file(str(p)) == {"version": "0.1.0", "variant": "cpu", "cuda_archs": [],
                                                    "cuda_version": None}
-    assert D.find_in_file(str(p), b'{"version": "', b"}") == blob
+    assert D.install.find_in_file(str(p), b'{"version": "', b"}") == blob
 
 
 def test_find_cudatoolkit_skips_records_that_are_not_regular_files(tmp_path):
@@ -624,7 +633,7 @@ def test_find_cudatoolkit_skips_records_that_are_not_regular_files(tmp_path):
     os.symlink("/dev/zero", env / "conda-meta" / "cudatoolkit-11.7.0-h0_0.json")
     os.mkfifo(env / "conda-meta" / "cudatoolkit-11.6.0-h0_0.json")
     with no_hang(), memory_capped():
-        assert D.find_cudatoolkit(str(env)) == "11.8.0"
+        assert D.install.find_cudatoolkit(str(env)) == "11.8.0"
 
 
 def test_parse_nvidia_smi_counts_only_gpu_lines():
@@ -635,7 +644,7 @@ def test_parse_nvidia_smi_counts_only_gpu_lines():
            "2, Some GPU, garbage, 580.65.06\n"
            "3, Some GPU, 8.6, not a driver\n"
            "4, NVIDIA A100-SXM4-80GB, [N/A], [N/A]\n")
-    gpus, driver = D.parse_nvidia_smi(out)
+    gpus, driver = D.probes.parse_nvidia_smi(out)
     assert gpus == [D.GPU(0, "NVIDIA H100 80GB HBM3", (9, 0)), D.GPU(4, "NVIDIA A100-SXM4-80GB", None)]
     assert driver == "580.65.06"
 
@@ -652,5 +661,298 @@ def test_real_doctor_and_import_report_a_torch_that_exits(tmp_path):
     imp = subprocess.run([sys.executable, "-c", "import torch_segops"], capture_output=True, text=True, timeout=300,
                          env=env, cwd=tmp_path)
     assert imp.returncode == 1 and "ImportError" in imp.stderr, imp.stderr[-2000:]
-    assert D.describe_torch_import_error(SystemExit("broken torch")) in imp.stderr
+    assert L.describe_torch_import_error(SystemExit("broken torch")) in imp.stderr
     assert "torch_segops.doctor" in imp.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# a library changed after its install, a library that kills its loader, a stub torch (issue #36 item 7);
+# each corrupts a copy of the library, never the installed one
+# ---------------------------------------------------------------------------------------------
+def elf_sections(data: bytes) -> dict[str, tuple[int, int]]:
+    """name -> (file offset, size) of the sections of an ELF64 little-endian file."""
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = heads[shstrndx][4]
+    return {data[names + h[0] : data.index(b"\0", names + h[0])].decode(): (h[4], h[5]) for h in heads}
+
+
+def damaged_copy(path: Path, how: str) -> bytes:
+    """The installed library's bytes with one section zeroed (".text", ...) or 1 MiB of random bytes in the middle."""
+    data = bytearray(installed_library().read_bytes())
+    if data[:6] != b"\x7fELF\x02\x01":
+        pytest.skip("the library is not an ELF64 little-endian file")
+    if how == "random":
+        start = len(data) // 2 - (1 << 19)
+        data[start : start + (1 << 20)] = random.Random(0).randbytes(1 << 20)
+    else:
+        off, size = elf_sections(bytes(data))[how]
+        data[off : off + size] = bytes(size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def findings_of(r) -> list:
+    assert "Traceback" not in r.stderr and r.stdout, (r.returncode, r.stderr[-2000:])
+    return [D.Finding(**x) for x in json.loads(r.stdout)["findings"]]
+
+
+@pytest.mark.parametrize("section", [".dynamic", ".dynsym", ".text"])
+def test_real_doctor_survives_a_library_that_kills_its_loader(tmp_path, section):
+    """Zeroed sections keep the file's size and ELF headers: loading it killed the doctor (SIGSEGV, no output)."""
+    pytest.importorskip("torch")
+    lib = tmp_path / "_C.so"
+    damaged_copy(lib, section)
+    r = run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path)
+    load = only(findings_of(r), "library-load")
+    assert r.returncode == 1 and load.severity == D.ERROR
+    assert re.search(r"child process died of SIG[A-Z]+ \(signal \d+\) while loading the library", load.message), load.message
+    assert "--force-reinstall" in load.fix and "torch-segops" in load.fix
+    if section == ".text":  # the text report too, once
+        text = run_doctor(env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path)
+        assert text.returncode == 1 and "died of SIG" in text.stdout and "fix:" in text.stdout
+
+
+def pip_site(tmp_path: Path, recorded: bytes, installed: bytes, source: Path | None = None) -> Path:
+    """A site-packages folder whose RECORD lists torch_segops/_C.so with the sha256 of ``recorded`` and which holds
+    ``installed`` there; with ``source``, direct_url.json names that folder."""
+    lib = tmp_path / "site" / "torch_segops" / "_C.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(installed)
+    dist = tmp_path / "site" / "torch_segops-0.1.0.dist-info"
+    dist.mkdir()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(recorded).digest()).rstrip(b"=").decode()
+    (dist / "RECORD").write_text(f"torch_segops/__init__.py,sha256=abc,10\ntorch_segops/_C.so,sha256={digest},{len(recorded)}\n"
+                                 "torch_segops-0.1.0.dist-info/RECORD,,\n")
+    if source:
+        (dist / "direct_url.json").write_text(json.dumps({"url": source.as_uri(), "dir_info": {}}))
+    return lib
+
+
+def test_real_doctor_checks_the_sha256_in_pips_record(tmp_path):
+    """1 MiB of random bytes in the middle: "no problems found", and the ops then crashed. Now the sha256 differs from
+    RECORD's, and the file is never loaded."""
+    pytest.importorskip("torch")
+    good = installed_library().read_bytes()
+    bad = damaged_copy(tmp_path / "bad.so", "random")
+    lib = pip_site(tmp_path, good, bad, source=tmp_path)
+    r = run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path)
+    out = json.loads(r.stdout)
+    damaged = only(findings_of(r), "library-damaged")
+    assert r.returncode == 1 and "sha256" in damaged.message and "RECORD" in damaged.message
+    assert damaged.fix == f"pip install --no-build-isolation --force-reinstall --no-deps {tmp_path}"
+    assert out["facts"]["build_info_source"] == "file"  # read from the file, not loaded
+    assert out["facts"]["library_sha256"] == hashlib.sha256(bad).hexdigest()
+    lib.write_bytes(good)  # the file the record describes: verified, loaded, no problem
+    r = run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path)
+    found = findings_of(r)
+    assert r.returncode == 0 and "sha256 as in" in only(found, "library").message, found
+
+
+def conda_env(tmp_path: Path, library: bytes, recorded: bytes, channel: str, **entry) -> Path:
+    """A conda environment whose conda-meta record of torch-segops lists its library with the sha256 of ``recorded``."""
+    rel = "lib/python3.12/site-packages/torch_segops/_C.so"
+    lib = tmp_path / "env" / rel
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(library)
+    (tmp_path / "env" / "conda-meta").mkdir()
+    record = {"name": "torch-segops", "version": "0.1.0", "build": "cpu_h1a2b3c4_0", "subdir": "linux-64",
+              "channel": f"{channel}/linux-64", "url": f"{channel}/linux-64/torch-segops-0.1.0-cpu_h1a2b3c4_0.conda",
+              "files": [rel], "paths_data": {"paths_version": 1, "paths": [
+                  {"_path": rel, "path_type": "hardlink", "sha256": hashlib.sha256(recorded).hexdigest(), "size_in_bytes": len(recorded), **entry}]}}
+    (tmp_path / "env" / "conda-meta" / "torch-segops-0.1.0-cpu_h1a2b3c4_0.json").write_text(json.dumps(record))
+    return lib
+
+
+def test_real_doctor_checks_the_sha256_in_conda_meta(tmp_path):
+    """A conda install: the record in conda-meta/ holds the sha256; the fix installs from the channel it names."""
+    pytest.importorskip("torch")
+    good = installed_library().read_bytes()
+    channel = tmp_path / "channel"
+    (channel / "linux-64").mkdir(parents=True)
+    (channel / "linux-64" / "torch-segops-0.1.0-cpu_h1a2b3c4_0.conda").write_bytes(b"")
+    lib = conda_env(tmp_path, damaged_copy(tmp_path / "bad.so", ".text"), good, channel.as_uri())
+    r = run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path)
+    damaged = only(findings_of(r), "library-damaged")
+    assert r.returncode == 1 and "sha256" in damaged.message and "conda-meta" in damaged.message
+    assert damaged.fix == f'mamba install --force-reinstall -c {channel.as_uri()} "torch-segops * cpu_*"'
+    lib.write_bytes(good)
+    found = findings_of(run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path))
+    assert "conda-meta" in only(found, "library").message and not D.has_errors(found)
+
+
+def test_real_doctor_reads_the_record_a_conda_installer_writes(tmp_path):
+    """The record py-rattler (mamba 2's installer) writes for a package of this library, installed from a local
+    channel: the doctor checks its sha256 and names that channel."""
+    rattler = pytest.importorskip("rattler", reason="py-rattler installs the package (pip install py-rattler)")
+    pytest.importorskip("torch")
+    import asyncio
+    import io
+    import tarfile
+
+    good, rel = installed_library().read_bytes(), "lib/python3.12/site-packages/torch_segops/_C.so"
+    files = {"info/index.json": json.dumps({"name": "torch-segops", "version": "0.1.0", "build": "cpu_h1a2b3c4_0", "build_number": 0,
+                                            "subdir": "linux-64", "depends": []}),
+             "info/paths.json": json.dumps({"paths_version": 1, "paths": [{"_path": rel, "path_type": "hardlink",
+                                            "sha256": hashlib.sha256(good).hexdigest(), "size_in_bytes": len(good)}]}),
+             "info/files": rel + "\n", rel: good}
+    channel = tmp_path / "channel"
+    (channel / "linux-64").mkdir(parents=True)
+    with tarfile.open(channel / "linux-64" / "torch-segops-0.1.0-cpu_h1a2b3c4_0.tar.bz2", "w:bz2") as tar:
+        for name, data in files.items():
+            data = data.encode() if isinstance(data, str) else data
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+    async def install():
+        await rattler.index.index_fs(channel, write_shards=False)
+        records = await rattler.solve([channel.as_uri()], ["torch-segops"], platforms=[rattler.Subdir("linux-64")])
+        await rattler.install(records, tmp_path / "env", cache_dir=tmp_path / "cache", show_progress=False)
+
+    asyncio.run(install())
+    lib = tmp_path / "env" / rel
+    damaged_copy(lib, "random")
+    found = findings_of(run_doctor("--json", env_extra={"TORCH_SEGOPS_LIBRARY": str(lib)}, tmp_path=tmp_path))
+    damaged = only(found, "library-damaged")
+    assert "sha256" in damaged.message and "torch-segops-0.1.0-cpu_h1a2b3c4_0.json" in damaged.message
+    assert damaged.fix == f'mamba install --force-reinstall -c {channel.as_uri()} "torch-segops * cpu_*"'
+
+
+def test_conda_record_reads_paths_data(tmp_path):
+    lib = conda_env(tmp_path, b"rewritten", b"as packaged", "https://example.org/my-channel",
+                    sha256_in_prefix=hashlib.sha256(b"rewritten").hexdigest(), prefix_placeholder="/opt/placeholder")
+    rec = D.install.conda_record(str(lib))
+    assert rec["channel"] == "https://example.org/my-channel" and rec["record"].endswith("torch-segops-0.1.0-cpu_h1a2b3c4_0.json")
+    assert rec["sha256"] == hashlib.sha256(b"rewritten").hexdigest()  # the installer rewrote it: sha256_in_prefix
+    meta = next((tmp_path / "env" / "conda-meta").glob("*.json"))
+    record = json.loads(meta.read_text())
+    del record["paths_data"]["paths"][0]["sha256_in_prefix"]
+    meta.write_text(json.dumps(record))
+    assert D.install.conda_record(str(lib))["sha256"] is None  # rewritten at install, no hash of the result
+    del record["paths_data"], record["url"]
+    meta.write_text(json.dumps(record))
+    assert D.install.conda_record(str(lib)) == {"kind": "conda", "record": str(meta), "sha256": None,
+                                                "channel": "https://example.org/my-channel"}  # listed in "files" only
+    record["files"] = []
+    meta.write_text(json.dumps(record))
+    assert D.install.conda_record(str(lib)) is None
+
+
+def test_pip_record_reads_the_hash_and_the_source(tmp_path):
+    lib = pip_site(tmp_path, b"library", b"library", source=tmp_path)
+    rec = D.install.pip_record(str(lib))
+    assert rec == {"kind": "pip", "record": str(tmp_path / "site" / "torch_segops-0.1.0.dist-info" / "RECORD"),
+                   "sha256": hashlib.sha256(b"library").hexdigest(), "source": str(tmp_path), "editable": False}
+    assert D.install.pip_record(str(tmp_path / "site" / "torch_segops" / "other.so")) is None
+
+
+def test_real_doctor_reports_a_stub_torch(tmp_path):
+    """A `torch` with only __version__ got "[ok] torch 2.13.0", then "torch cannot be imported" with the fix
+    "reinstall torch_segops"."""
+    stub = tmp_path / "shadow" / "torch"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text('__version__ = "2.13.0"\n')
+    r = run_doctor("--json", prepend_path=[tmp_path / "shadow"], tmp_path=tmp_path)
+    found = findings_of(r)
+    assert r.returncode == 1 and codes(found, D.ERROR) == ["torch-broken"] and "torch" not in codes(found, D.OK), found
+    broken = only(found, "torch-broken")
+    assert str(stub) in broken.message and "AttributeError" in broken.message
+    assert str(stub) in broken.fix and "--force-reinstall 'torch>=2.10'" in broken.fix
+    assert "torch_segops" not in broken.fix and "torch-segops" not in broken.fix
+
+
+# ---------------------------------------------------------------------------------------------
+# fixes name a channel that holds torch-segops (issue #41)
+# ---------------------------------------------------------------------------------------------
+def segops_fixes(f) -> list[str]:
+    """The fixes of the findings that install torch_segops, for facts that call for each of them."""
+    cases = [dict(library_exists=False), dict(library_file_problem="... sha256 ..."),
+             dict(library_error="OSError: undefined symbol", build_info_source="file"),
+             dict(torch_cuda_version="12.9", torch_cuda_available=True, gpus=[h100()], driver_version="575.57.08"),
+             dict(torch_cuda_version="12.9", gpus=[h100()], driver_version="580.65.06", build_info=cuda_build("13.0")),
+             dict(cudatoolkit="11.8.0", conda_prefix="/opt/envs/x")]
+    fixes = [x.fix for kw in cases for x in D.diagnose(dataclasses.replace(f, **kw)) if x.fix and "segops" in x.fix]
+    assert len(fixes) == len(cases), fixes
+    return fixes
+
+
+def conda_commands(fix: str) -> list[str]:
+    """The conda/mamba commands in a fix that install torch-segops."""
+    commands = re.findall(r"(?:mamba|conda) (?:install|create)[^;]*?(?=   |;|$)", fix)
+    return [c for c in commands if re.search(r'[ "]torch-segops( |"|$)', c)]
+
+
+def test_conda_fixes_install_from_the_recorded_channel():
+    ch = "https://example.org/my-channel"
+    for fix in segops_fixes(facts(install={"kind": "conda", "record": "/env/conda-meta/x.json", "sha256": None, "channel": ch})):
+        assert conda_commands(fix) and all(f"-c {ch} " in c for c in conda_commands(fix)), fix
+        assert "conda-forge" not in fix and "tools/main.sh" not in fix
+
+
+def test_conda_fixes_build_the_local_channel_when_it_lacks_the_build():
+    for fix in segops_fixes(facts(channel_builds={LOCAL: []})):
+        assert conda_commands(fix) and all(f"-c {LOCAL} " in c for c in conda_commands(fix)), fix
+        assert re.search(r"bash tools/main.sh --variant (cpu|cuda129|cuda130) ", fix) and "conda-forge" not in fix, fix
+    # a recorded file:// channel that is gone is not named; the local one that holds the build is, without building
+    gone = "file:///tmp/removed-channel"
+    f = facts(install={"kind": "conda", "record": "/x.json", "sha256": None, "channel": gone}, channel_builds={gone: [], LOCAL: ["cpu_h1_0"]})
+    fix = only(D.diagnose(dataclasses.replace(f, library_file_problem="...")), "library-damaged").fix
+    assert fix == f'mamba install --force-reinstall -c {LOCAL} "torch-segops * cpu_*"'
+
+
+def test_pip_fixes_build_from_the_source_folder():
+    f = facts(in_conda_env=False, install={"kind": "pip", "record": "/site/x/RECORD", "sha256": None, "source": "/src/torch-segops",
+                                           "editable": False})
+    for fix in segops_fixes(f):
+        assert "pip install --no-build-isolation" in fix and "/src/torch-segops" in fix and not conda_commands(fix), fix
+    unknown = facts(in_conda_env=False)
+    fix = only(D.diagnose(dataclasses.replace(unknown, library_exists=False)), "library-missing").fix
+    assert fix == "pip install --no-build-isolation .  (in a torch-segops source checkout)"
+    editable = dataclasses.replace(f, install={**f.install, "editable": True}, library_file_problem="...")
+    assert only(D.diagnose(editable), "library-damaged").fix == "pip install --no-build-isolation --force-reinstall --no-deps -e /src/torch-segops"
+
+
+def test_local_channel_is_where_tools_main_builds_it(monkeypatch, tmp_path):
+    from tools import conda_tools
+
+    main = (ROOT / "tools" / "main.py").read_text()
+    assert 'default=ct.cache_dir() / "output"' in main and 'channel = args.output / "channel"' in main
+    for env in ({"TORCH_SEGOPS_CACHE": str(tmp_path / "c")}, {"XDG_CACHE_HOME": str(tmp_path / "x")}, {"HOME": str(tmp_path / "h")}):
+        for var in ("TORCH_SEGOPS_CACHE", "XDG_CACHE_HOME"):
+            monkeypatch.delenv(var, raising=False)
+        for var, value in env.items():
+            monkeypatch.setenv(var, value)
+        assert D.install.local_channel() == (conda_tools.cache_dir() / "output" / "channel").as_uri()
+    (tmp_path / "h" / "ch" / "linux-64").mkdir(parents=True)
+    for name in ("torch-segops-0.1.0-cuda129_h1a2_0.conda", "torch-segops-0.1.0-cpu_h3b4_1.tar.bz2", "pytorch-2.13.0-cpu_0.conda"):
+        (tmp_path / "h" / "ch" / "linux-64" / name).write_bytes(b"")
+    assert D.install.channel_builds((tmp_path / "h" / "ch").as_uri()) == ["cpu_h3b4_1", "cuda129_h1a2_0"]
+
+
+# ---------------------------------------------------------------------------------------------
+# layering (issue #40): the loader does not import the doctor, no private name from a public sibling
+# ---------------------------------------------------------------------------------------------
+def test_the_doctor_and_the_loader_import_no_private_name_of_a_public_module():
+    package = ROOT / "src" / "torch_segops"
+    bad = []
+    for path in [*sorted((package / "doctor").glob("*.py")), package / "_library.py", package / "__init__.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if path.name == "_library.py" and isinstance(node, ast.ImportFrom) and "doctor" in [a.name for a in node.names]:
+                bad.append("_library.py imports the doctor")
+            if isinstance(node, ast.ImportFrom) and node.level and node.module:  # `from .. import _libfile`: a module
+                public = not node.module.split(".")[-1].startswith("_")
+                bad += [f"{path.name}: {a.name} from {node.module}" for a in node.names if public and a.name.startswith("_")]
+                if path.name == "_library.py" and "doctor" in node.module:
+                    bad.append(f"_library.py imports {node.module}")
+    assert not bad, bad
+
+
+def test_import_torch_segops_does_not_import_the_doctor(tmp_path):
+    pytest.importorskip("torch")
+    installed_library()
+    code = "import sys, torch_segops; print(sorted(m for m in sys.modules if m.startswith('torch_segops.doctor')))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]

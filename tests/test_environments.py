@@ -346,11 +346,11 @@ def test_stable_abi_minimum_matches_build_files():
 def test_doctor_constants_match_table():
     doctor = load_doctor()
     c = compat()
-    assert doctor.MIN_TORCH == c["stable_abi"]["min_torch"]
-    assert doctor.MIN_DRIVER_LINUX == {int(r["version"].split(".")[0]): r["min_driver_linux"] for r in c["cuda"]}
-    assert doctor.OLDEST_ARCH == {int(r["version"].split(".")[0]): r["oldest_arch"] for r in c["cuda"]}
-    assert doctor.SUGGESTED_CUDA in {r["version"] for r in c["cuda"]}
-    assert (doctor.CUDATOOLKIT, doctor.CUDATOOLKIT_LAST) == (c["cudatoolkit"]["package"], c["cudatoolkit"]["last_version"])
+    assert doctor.records.MIN_TORCH == c["stable_abi"]["min_torch"]
+    assert doctor.records.MIN_DRIVER_LINUX == {int(r["version"].split(".")[0]): r["min_driver_linux"] for r in c["cuda"]}
+    assert doctor.records.OLDEST_ARCH == {int(r["version"].split(".")[0]): r["oldest_arch"] for r in c["cuda"]}
+    assert doctor.records.SUGGESTED_CUDA in {r["version"] for r in c["cuda"]}
+    assert (doctor.records.CUDATOOLKIT, doctor.records.CUDATOOLKIT_LAST) == (c["cudatoolkit"]["package"], c["cudatoolkit"]["last_version"])
 
 
 # --- toolkits ----------------------------------------------------------------------------------
@@ -453,8 +453,8 @@ def test_arch_rows_run_wherever_conda_forge_pytorch_runs():
         theirs = [f"{s}-real" for s in build["sass"]] + [f"{p}-virtual" for p in build["ptx"]]
         for cc in build.get("runs_on") or cuda_row(build["cuda"])["archs"]:
             gpu = (cc // 10, cc % 10)
-            want, _ = doctor.arch_support(gpu, theirs)
-            got, _ = doctor.arch_support(gpu, ours)
+            want, _ = doctor.gpu_checks.arch_support(gpu, theirs)
+            got, _ = doctor.gpu_checks.arch_support(gpu, ours)
             if want == "sass":
                 assert got == "sass", f"CUDA {build['cuda']} {build['platforms']}: pytorch has SASS for sm_{cc}, we have {got}"
             elif want == "ptx":
@@ -465,7 +465,7 @@ def test_doctor_oldest_arch_is_the_rows_oldest():
     doctor = load_doctor()
     for r in compat()["cuda"]:
         major = int(r["version"].split(".")[0])
-        assert doctor.OLDEST_ARCH[major] == min(sass_of(arch_row(r["version"]))), f"CUDA {r['version']}"
+        assert doctor.records.OLDEST_ARCH[major] == min(sass_of(arch_row(r["version"]))), f"CUDA {r['version']}"
 
 
 def test_docs_cuda_table_repeats_the_rows():
@@ -510,5 +510,5 @@ def test_environment_files_and_docs_promise_only_shipped_archs():
     assert len(claims) >= 6, claims
     for cuda, where, text in claims:
         for gpu in _gpus_named(text):
-            got, _ = doctor.arch_support(gpu, arch_row(cuda))
+            got, _ = doctor.gpu_checks.arch_support(gpu, arch_row(cuda))
             assert got == "sass", f"{where} names sm_{gpu[0]}{gpu[1]} for CUDA {cuda}; the package has {got}: {text}"

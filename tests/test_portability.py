@@ -262,7 +262,7 @@ def test_platform_cpp_macos_side_compiles(tmp_path, torch_include):
 @pytest.mark.parametrize("platform,good", [("darwin", b"\xcf\xfa\xed\xfe" + bytes(60)), ("win32", b"MZ" + bytes(62))])
 def test_library_file_check_per_platform(tmp_path, platform, good):
     """macOS and Windows libraries are not ELF: their magic is checked there, the ELF checks elsewhere."""
-    from torch_segops.doctor.files import library_file_problem
+    from torch_segops._libfile import library_file_problem
 
     lib = tmp_path / "_C.so"
     lib.write_bytes(good)

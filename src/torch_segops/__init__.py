@@ -18,7 +18,8 @@ def _doctor_is_starting() -> bool:
 
 
 try:
-    # _library imports torch: a broken torch must not stop the doctor either.
+    if _doctor_is_starting():  # the doctor loads the library in a child process only: a damaged one kills its loader
+        raise ImportError("torch_segops: not loaded in the doctor's process")
     from ._library import (LibraryLoadError, build_info, check_errors, cuda_plan_counts, cuda_plans, library_path, load,
                            set_cuda_plans)
 
@@ -27,7 +28,7 @@ try:
 except (Exception, SystemExit) as _e:  # a broken torch can even exit from its import
     if not _doctor_is_starting():
         if isinstance(_e, SystemExit):
-            from .doctor.probes import describe_torch_import_error
+            from ._libfile import describe_torch_import_error
 
             raise ImportError(f"torch_segops: {describe_torch_import_error(_e)}. Run `python -m torch_segops.doctor` "
                               "for the fix.") from _e

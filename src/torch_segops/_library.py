@@ -2,38 +2,26 @@
 
 The library is a plain shared object (no CPython API) registered with the torch dispatcher through
 the LibTorch stable ABI, so one binary serves every Python >= 3.10 and every torch >= its target.
+``load`` checks the file against its own ELF headers first (a few KB read); it does not hash it at every
+import: the doctor checks the sha256 against the install record (docs/environments.md, "The doctor").
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 from functools import lru_cache
 
 import torch
 
-from .doctor.files import library_file_problem
+from ._libfile import library_file_problem, library_path
 
-LIBRARY_ENV = "TORCH_SEGOPS_LIBRARY"
 PLANS_ENV = "TORCH_SEGOPS_CUDA_PLANS"  # the CUDA reduction plans allowed (cuda_plans())
 
 
 class LibraryLoadError(ImportError):
     """The compiled part of torch_segops could not be found or loaded."""
-
-
-def library_path() -> str:
-    """Path of the compiled library (``$TORCH_SEGOPS_LIBRARY`` overrides the search)."""
-    override = os.environ.get(LIBRARY_ENV)
-    if override:
-        return override
-    # find_spec also resolves scikit-build-core editable installs, where the .so lives outside src/.
-    spec = importlib.util.find_spec("torch_segops._C")
-    if spec is not None and spec.origin and os.path.exists(spec.origin):
-        return spec.origin
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_C.so")
 
 
 @lru_cache(maxsize=None)

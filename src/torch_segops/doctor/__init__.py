@@ -1,39 +1,23 @@
 """Diagnose a torch-segops installation: ``python -m torch_segops.doctor [--json]``.
 
-The doctor reports what a user needs to fix an install: the torch_segops binary that is installed
-(variant, CUDA version, GPU architectures), the torch build, the GPUs and the NVIDIA driver, and
-every mismatch between them with the concrete command that fixes it. Exit status 0 means no
-problem was found, 1 means at least one error.
+The doctor reports what a user needs to fix an install: the torch_segops binary (variant, CUDA version, GPU
+architectures, whether it is the file its installer recorded), the torch build, the GPUs and the NVIDIA driver,
+and every mismatch between them with the command that fixes it. Exit status 0: no problem found; 1: an error.
 
-Structure, one seam per module: ``records`` (Facts, GPU, Finding, the compatibility constants
-copied from ``data/compat.yaml``), ``probes`` (``gather_facts()`` reads the machine into a Facts
-record, never raising: each probe records its own failure), ``checks`` and ``gpu_checks`` (pure
-functions ``Facts -> list[Finding]``, tested by feeding facts; ``archs`` and ``fixes`` are their
-helpers), ``files`` (reading files that may be FIFOs, devices or truncated shared objects; also used
-by the library loader), ``report`` (the text report and the command line). Everything is re-exported here. The
-doctor must work when the compiled library does not load, so nothing in it imports torch or
-``torch_segops._library`` at module level.
+One seam per module: ``records`` (Facts, GPU, Finding, the constants copied from ``data/compat.yaml``),
+``install`` (pip's RECORD, conda's conda-meta, the channels), ``probes`` (``gather_facts()``: the machine into a
+Facts record, never raising), ``child`` (the process that imports torch and loads the library: a damaged one
+kills it, not the doctor), ``checks`` and ``gpu_checks`` (pure functions ``Facts -> list[Finding]``, tested by
+feeding facts), ``report`` (``diagnose``, the text report, the command line). The doctor never loads the library
+in its own process, and checks its sha256 against the install record before the child does; ``import
+torch_segops`` checks only the ELF headers (hashing a CUDA build's library costs about 0.5 s per import).
 """
 
 from __future__ import annotations
 
-from .archs import ArchEntry, arch_support, parse_arch
-from .checks import CHECKS, check_cudatoolkit, check_library, check_torch, check_variant, diagnose, has_errors
-from .files import NotARegularFile, elf_problem, find_in_file, read_regular
-from .fixes import fix_cuda_segops, fix_cuda_torch
-from .gpu_checks import check_arch, check_driver, check_gpu_vs_cuda, check_torch_vs_gpu
-from .probes import (describe_torch_import_error, find_cudatoolkit, gather_facts, parse_nvidia_smi, parse_nvrm_version,
-                     read_build_info_from_file)
-from .records import (CUDATOOLKIT, CUDATOOLKIT_LAST, ERROR, GPU, INFO, MIN_DRIVER_LINUX, MIN_TORCH, OK, OLDEST_ARCH,
-                      SUGGESTED_CUDA, WARNING, Facts, Finding, cuda_major, parse_version, version_at_least)
-from .report import main, render
+from .probes import gather_facts
+from .records import ERROR, GPU, INFO, OK, WARNING, Facts, Finding
+from .report import CHECKS, diagnose, has_errors, main, render
 
-__all__ = [
-    "ArchEntry", "CHECKS", "CUDATOOLKIT", "CUDATOOLKIT_LAST", "ERROR", "Facts", "Finding", "GPU", "INFO",
-    "MIN_DRIVER_LINUX", "MIN_TORCH", "OK", "OLDEST_ARCH", "SUGGESTED_CUDA", "WARNING", "arch_support",
-    "check_arch", "check_cudatoolkit", "check_driver", "check_gpu_vs_cuda", "check_library", "check_torch",
-    "check_torch_vs_gpu", "check_variant", "cuda_major", "describe_torch_import_error", "diagnose", "elf_problem",
-    "find_cudatoolkit", "find_in_file", "fix_cuda_segops", "fix_cuda_torch", "gather_facts", "has_errors", "main",
-    "NotARegularFile", "parse_arch", "parse_nvidia_smi", "parse_nvrm_version", "parse_version", "read_build_info_from_file",
-    "read_regular", "render", "version_at_least",
-]
+__all__ = ["CHECKS", "ERROR", "Facts", "Finding", "GPU", "INFO", "OK", "WARNING", "diagnose", "gather_facts", "has_errors",
+           "main", "render"]

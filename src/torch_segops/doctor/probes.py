@@ -1,70 +1,25 @@
-"""Gathering facts from the real machine: ``gather_facts()`` reads it into a Facts record; each probe
-records its own failure, none raises. Nothing here imports torch or ``torch_segops._library`` at
-module level: the doctor must run when the compiled library does not load."""
+"""Gathering facts from the real machine: ``gather_facts()`` reads it into a Facts record; each probe records its
+own failure, none raises. This process imports neither torch nor the library: the child process does (child.py),
+after the library's file has passed its ELF check and the sha256 its install record holds."""
 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
-from .files import find_in_file, library_file_problem, read_regular
-from .records import CUDATOOLKIT, GPU, Facts, parse_version
+from .. import _libfile
+from .install import (channel_builds, conda_record, file_sha256, find_cudatoolkit, find_in_file, local_channel,
+                      pip_record)
+from .records import GPU, Facts, parse_version
 
-# A conda-meta record lists a package's files: a few MB for the largest packages.
-_RECORD_LIMIT = 64 << 20
-
-
-def find_cudatoolkit(conda_prefix: str | None) -> str | None:
-    """The version of the `cudatoolkit` package recorded in conda_prefix/conda-meta, or None."""
-    if not conda_prefix:
-        return None
-    meta = os.path.join(conda_prefix, "conda-meta")
-    try:
-        names = sorted(os.listdir(meta))
-    except OSError:
-        return None
-    for name in names:
-        if not (name.startswith(CUDATOOLKIT + "-") and name.endswith(".json")):
-            continue
-        try:
-            rec = json.loads(read_regular(os.path.join(meta, name), _RECORD_LIMIT))
-        except (OSError, ValueError):  # unreadable, not a regular file (a FIFO, /dev/zero), not JSON
-            continue
-        if isinstance(rec, dict) and rec.get("name") == CUDATOOLKIT:  # not cudatoolkit-dev & co.
-            return str(rec.get("version") or "unknown version")
-    return None
-
-
-def _err(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}".strip()
-
-
-def describe_torch_import_error(e: BaseException) -> str:
-    """What `import torch` raising ``e`` means, in the words both the doctor and ``import torch_segops`` use."""
-    if isinstance(e, SystemExit):
-        return (f"`import torch` raised SystemExit({e.code!r}): torch's import exits the process instead of raising "
-                "an ImportError (a broken torch installation)")
-    return _err(e)
-
-
-def _find_library_path() -> str | None:
-    override = os.environ.get("TORCH_SEGOPS_LIBRARY")
-    if override:
-        return override
-    try:
-        spec = importlib.util.find_spec("torch_segops._C")
-        if spec is not None and spec.origin:
-            return spec.origin
-    except Exception:
-        pass
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_C.so")  # torch_segops/_C.so
+CHILD_TIMEOUT = 300  # seconds: importing torch on a busy machine, initialising CUDA
 
 
 def read_build_info_from_file(path: str) -> dict | None:
@@ -103,39 +58,29 @@ def _probe_libcuda(f: Facts) -> bool:
     if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return False
     for i in range(count.value):
-        dev = ctypes.c_int(0)
+        dev, name, ma, mi = ctypes.c_int(0), ctypes.create_string_buffer(256), ctypes.c_int(-1), ctypes.c_int(-1)
         if lib.cuDeviceGet(ctypes.byref(dev), i) != 0:
             continue
-        name = ctypes.create_string_buffer(256)
         lib.cuDeviceGetName(name, 256, dev)
-        ma, mi = ctypes.c_int(-1), ctypes.c_int(-1)
         lib.cuDeviceGetAttribute(ctypes.byref(ma), 75, dev)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
         lib.cuDeviceGetAttribute(ctypes.byref(mi), 76, dev)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
-        cap = (ma.value, mi.value) if ma.value >= 0 and mi.value >= 0 else None
-        f.gpus.append(GPU(i, name.value.decode(errors="replace"), cap))
+        f.gpus.append(GPU(i, name.value.decode(errors="replace"), (ma.value, mi.value) if ma.value >= 0 and mi.value >= 0 else None))
     f.gpu_source = "libcuda"
     return True
 
 
 def parse_nvidia_smi(stdout: str) -> tuple[list[GPU], str | None]:
-    """Parse `nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader`."""
-    gpus: list[GPU] = []
-    driver = None
+    """Parse `nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader`: the GPU lines (an
+    index, a name, a compute capability and a driver version, each possibly N/A), not warnings or a wrapper's chatter."""
+    gpus, driver, unknown = [], None, ("[N/A]", "N/A", "[Not Supported]")
     for line in stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) > 4:  # a name with a comma in it
             parts = [parts[0], ", ".join(parts[1:-2]), parts[-2], parts[-1]]
-        # a GPU line: its index, a name, a compute capability (or N/A) and a driver version (or N/A);
-        # anything else (warnings, errors, a wrapper's chatter) is not a GPU
-        if len(parts) != 4 or not parts[0].isdigit() or not parts[1]:
+        if (len(parts) != 4 or not parts[0].isdigit() or not parts[1] or not (re.fullmatch(r"\d+\.\d+", parts[2]) or parts[2] in unknown)
+                or not (re.fullmatch(r"\d+\.\d+(\.\d+)?", parts[3]) or parts[3] in unknown)):
             continue
-        unknown = ("[N/A]", "N/A", "[Not Supported]")
-        if not (re.fullmatch(r"\d+\.\d+", parts[2]) or parts[2] in unknown):
-            continue
-        if not (re.fullmatch(r"\d+\.\d+(\.\d+)?", parts[3]) or parts[3] in unknown):
-            continue
-        cap = tuple(int(x) for x in parts[2].split(".")) if parts[2] not in unknown else None
-        gpus.append(GPU(int(parts[0]), parts[1], cap))
+        gpus.append(GPU(int(parts[0]), parts[1], tuple(int(x) for x in parts[2].split(".")) if parts[2] not in unknown else None))
         driver = driver or (parts[3] if parse_version(parts[3]) else None)
     return gpus, driver
 
@@ -146,32 +91,73 @@ def parse_nvrm_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _probe_nvidia_smi(f: Facts) -> None:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )
-    except Exception as e:
-        f.gpu_probe_error = (f.gpu_probe_error or "") + f"; nvidia-smi failed ({_err(e)})"
-        return
-    if out.returncode != 0:
-        return
-    gpus, driver = parse_nvidia_smi(out.stdout)
-    f.driver_version = f.driver_version or driver
-    if gpus and not f.gpus:
-        f.gpus, f.gpu_source = gpus, "nvidia-smi"
-
-
-def _probe_driver_version(f: Facts) -> None:
+def _probe_gpus(f: Facts) -> None:
+    """GPUs and driver without torch (a cpu torch cannot see them): the driver API, else nvidia-smi."""
     try:
         with open("/proc/driver/nvidia/version") as fh:
             f.driver_version = parse_nvrm_version(fh.read())
     except OSError:
-        return
+        pass
+    try:
+        exe = None if _probe_libcuda(f) else shutil.which("nvidia-smi")
+        out = exe and subprocess.run([exe, "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"],
+                                     capture_output=True, text=True, timeout=20)
+        if out and out.returncode == 0:
+            gpus, driver = parse_nvidia_smi(out.stdout)
+            f.driver_version = f.driver_version or driver
+            if gpus and not f.gpus:
+                f.gpus, f.gpu_source = gpus, "nvidia-smi"
+    except Exception as e:
+        f.gpu_probe_error = "; ".join(filter(None, (f.gpu_probe_error, f"{type(e).__name__}: {e}")))
+
+
+def _died(rc: int | None, stage: str, stderr: str) -> str:
+    what = {"torch": "importing torch", "library": "loading the library", "op": "running segment_csr on the CPU"}[stage]
+    if rc is None:
+        return f"the doctor's child process was still {what} after {CHILD_TIMEOUT} s"
+    try:
+        how = f"{signal.Signals(-rc).name} (signal {-rc})" if rc < 0 else f"exit status {rc}"
+    except ValueError:
+        how = f"signal {-rc}"
+    tail = (stderr.strip().splitlines() or [""])[-1][-300:]
+    return f"the doctor's child process died of {how} while {what}" + (f": {tail}" if tail else "")
+
+
+def probe_in_child(f: Facts, load: bool) -> None:
+    """torch's facts and, with ``load``, the library loaded and one op run, all in a child process (child.py)."""
+    env = {**os.environ, _libfile.LIBRARY_ENV: f.library_path} if load else None
+    with open(os.path.join(os.path.dirname(__file__), "child.py")) as fh:
+        cmd = [sys.executable, "-c", fh.read(), "load" if load else "", os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, timeout=CHILD_TIMEOUT)
+        out, err, rc = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:  # its output may come as bytes
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
+        rc = None
+    except OSError as e:
+        out, err, rc = "", str(e), 1
+    lines = [d for d in map(_json_or_none, out.splitlines()) if isinstance(d, dict)]
+    done, got = [d.pop("stage", None) for d in lines], {k: v for d in lines for k, v in d.items()}
+    for stage in ("torch", "library", "op")[: 3 if load else 1]:
+        if stage not in done and not (got.get("torch_error") or got.get("library_error")):  # it died, not stopped
+            got["torch_error" if stage == "torch" else "library_error"] = _died(rc, stage, err)
+            break
+    if "torch_exit" in got:
+        got["torch_error"] = _libfile.describe_torch_import_error(SystemExit(got["torch_exit"]))
+    if got.get("torch_gpus") and not f.gpus:
+        f.gpus, f.gpu_source = [GPU(i, name, tuple(cc)) for i, name, cc in got["torch_gpus"]], "torch"
+    for k, v in got.items():
+        if k in Facts.__dataclass_fields__ and k != "gpus":
+            setattr(f, k, v)
+    if load and f.torch_version is None:
+        f.library_error = "not loaded: torch is not usable"
+
+
+def _json_or_none(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:  # the library or torch printed something
+        return None
 
 
 def gather_facts() -> Facts:
@@ -180,64 +166,35 @@ def gather_facts() -> Facts:
     f.conda_prefix = os.environ.get("CONDA_PREFIX") or (sys.prefix if f.in_conda_env else None)
     f.cudatoolkit = find_cudatoolkit(f.conda_prefix)
     try:
-        from importlib.metadata import PackageNotFoundError, version
+        from importlib.metadata import version
 
-        try:
-            f.package_version = version("torch-segops")
-        except PackageNotFoundError:
-            f.package_version = None
-    except Exception:
+        f.package_version = version("torch-segops")
+    except Exception:  # PackageNotFoundError, or metadata that cannot be read
         pass
-
-    # torch
-    torch = None
+    _probe_gpus(f)
     try:
-        import torch  # noqa: F811
-
-        f.torch_version = str(torch.__version__)
-        f.torch_cuda_version = getattr(torch.version, "cuda", None)
-    except BaseException as e:  # a broken torch can raise anything, even SystemExit from a C extension
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        f.torch_error = describe_torch_import_error(e)
-        torch = None
-
-    # GPUs and driver, independent of torch
-    _probe_driver_version(f)
-    try:
-        if not _probe_libcuda(f):
-            _probe_nvidia_smi(f)
-    except Exception as e:
-        f.gpu_probe_error = _err(e)
-    if torch is not None and f.torch_cuda_version:
-        try:
-            f.torch_cuda_available = bool(torch.cuda.is_available())
-            if f.torch_cuda_available and not f.gpus:
-                for i in range(torch.cuda.device_count()):
-                    f.gpus.append(GPU(i, torch.cuda.get_device_name(i), tuple(torch.cuda.get_device_capability(i))))
-                f.gpu_source = "torch"
-        except Exception as e:
-            f.torch_cuda_available, f.torch_cuda_error = False, _err(e)
-
-    # the compiled library: load it the way torch_segops does, else read its build info from the file
-    f.library_path = _find_library_path()
-    if torch is not None:
-        try:
-            from torch_segops import _library
-
-            f.library_path = _library.library_path()
-            f.build_info = dict(_library.build_info())
-            f.build_info_source = "loaded"
-        except BaseException as e:
-            f.library_error = _err(e)
-    else:
-        f.library_error = "not loaded: torch cannot be imported"
-    f.library_exists = bool(f.library_path) and os.path.exists(f.library_path)
+        f.library_path = _libfile.library_path()
+    except Exception:  # the package itself does not import: where the library would be
+        f.library_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_C.so")
+    f.library_exists = os.path.exists(f.library_path)
     if f.library_exists:
-        f.library_file_problem = library_file_problem(f.library_path)
+        f.library_file_problem = _libfile.library_file_problem(f.library_path)
+        f.install = conda_record(f.library_path) or pip_record(f.library_path)
+    if f.library_exists and not f.library_file_problem and (f.install or {}).get("sha256"):
+        want = f.install["sha256"]
+        try:
+            f.library_sha256 = file_sha256(f.library_path)
+        except OSError as e:
+            f.library_file_problem = f"{f.library_path} cannot be read: {e}"
+        if f.library_sha256 and f.library_sha256 != want:
+            f.library_file_problem = (f"{f.library_path} is not the file that was installed: its sha256 is {f.library_sha256}, "
+                                      f"{f.install['record']} records {want} (a damaged disk or copy, or a file replaced or edited)")
+    if f.library_file_problem:
+        f.library_error = "not loaded: the file failed its check"
+    f.local_channel = local_channel()
+    f.channel_builds = {c: channel_builds(c) for c in {(f.install or {}).get("channel"), f.local_channel} if c and c.startswith("file:")}
+    probe_in_child(f, load=f.library_exists and not f.library_file_problem)
     if f.build_info is None and f.library_exists:
         f.build_info = read_build_info_from_file(f.library_path)
         f.build_info_source = "file" if f.build_info else None
-    if not f.library_exists:
-        f.library_error = None  # reported as "library-missing"
     return f

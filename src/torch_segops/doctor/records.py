@@ -1,8 +1,5 @@
-"""The doctor's records (Facts, GPU, Finding), the compatibility constants, version helpers.
-
-The numeric facts below (minimum torch, minimum driver per CUDA major) are copies of
-``data/compat.yaml``; ``tests/test_environments.py`` checks that they agree.
-"""
+"""The doctor's records (Facts, GPU, Finding), the compatibility constants (copies of ``data/compat.yaml``;
+``tests/test_environments.py`` checks that they agree), version helpers."""
 
 from __future__ import annotations
 
@@ -42,12 +39,19 @@ class Facts:
     # the compiled library
     library_path: str | None = None
     library_exists: bool = False
-    library_error: str | None = None  # why torch.ops.load_library (or locating it) failed
-    library_file_problem: str | None = None  # why the file cannot be a complete shared object (truncated, a FIFO, ...)
+    library_error: str | None = None  # why loading it in the child process failed (an exception, a signal)
+    library_file_problem: str | None = None  # why the file must not be loaded (truncated, a FIFO, a sha256 mismatch)
     build_info: dict | None = None  # torch_segops build info (loaded, or read from the file)
     build_info_source: str | None = None  # "loaded" | "file"
+    # the install record that lists the library: {"kind": "pip" | "conda", "record": path, "sha256": the recorded
+    # hash, "channel": the conda channel, "source": the pip source folder, "editable": bool}
+    install: dict | None = None
+    library_sha256: str | None = None  # the file's, computed when a record holds one
+    local_channel: str | None = None  # the channel tools/main.sh builds (a file:// URL)
+    channel_builds: dict = field(default_factory=dict)  # file:// channel -> the torch-segops builds in it
     # torch
-    torch_version: str | None = None
+    torch_version: str | None = None  # None unless torch imports and works
+    torch_path: str | None = None  # the folder `import torch` imported, when it did
     torch_error: str | None = None
     torch_cuda_version: str | None = None  # torch.version.cuda, None for a cpu build
     torch_cuda_available: bool | None = None
@@ -60,10 +64,7 @@ class Facts:
     driver_cuda_version: str | None = None  # newest CUDA the driver supports, e.g. "13.0"
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        for g in d["gpus"]:
-            g["capability"] = list(g["capability"]) if g["capability"] else None
-        return d
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Facts":

@@ -1,4 +1,4 @@
-"""The report: the human-readable text (``render``) and the command line (``main``, ``--json``)."""
+"""The checks in the order they run (``diagnose``), the text report (``render``) and the command line (``main``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,21 @@ import dataclasses
 import json
 import sys
 
-from .checks import diagnose, has_errors
+from .checks import check_cuda_plans, check_cudatoolkit, check_library, check_torch, check_variant
+from .gpu_checks import check_arch, check_driver, check_gpu_vs_cuda, check_torch_vs_gpu
 from .probes import gather_facts
 from .records import ERROR, INFO, OK, WARNING, Facts, Finding
+
+CHECKS = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_gpu_vs_cuda, check_arch,
+          check_cudatoolkit, check_cuda_plans]
+
+
+def diagnose(f: Facts) -> list[Finding]:
+    return [finding for check in CHECKS for finding in check(f)]
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(x.severity == ERROR for x in findings)
 
 
 def render(f: Facts, findings: list[Finding]) -> str:
@@ -24,10 +36,13 @@ def render(f: Facts, findings: list[Finding]) -> str:
     else:
         lines.append(f"  torch_segops  {f.package_version or '?'} (no build info)")
     lines.append(f"                library {f.library_path or '-'}")
+    if f.install:
+        lines.append(f"                installed by {f.install['kind']}: {f.install['record']}"
+                     + (f", from {f.install['channel']}" if f.install.get("channel") else ""))
     if f.torch_version:
         lines.append(f"  torch         {f.torch_version}  build={'cuda ' + f.torch_cuda_version if f.torch_cuda_version else 'cpu'}" + (f"  cuda available={f.torch_cuda_available}" if f.torch_cuda_version else ""))
     else:
-        lines.append(f"  torch         not importable ({f.torch_error})")
+        lines.append(f"  torch         {'not working' if f.torch_path else 'not importable'} ({f.torch_error})")
     lines.append(f"  python        {f.python}  ({'conda env' if f.in_conda_env else 'not a conda env'}: {sys.prefix})")
     if f.gpus:
         for g in f.gpus:

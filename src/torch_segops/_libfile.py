@@ -1,30 +1,47 @@
-"""Reading files that may be anything: the compiled library and the conda-meta records.
+"""The compiled library as a file, for both the loader (``_library.py``) and the doctor: where it is, whether
+it can be handed to the dynamic loader at all, and the words for a torch whose import fails. Imports no torch.
 
-A path can name a FIFO (opening it to read waits for a writer: the doctor hung), a device
-(``/dev/zero`` never ends: MemoryError), a directory, or a truncated copy of a shared object (the
-dynamic loader maps its segments past the end of the file and the process dies of SIGBUS on first
-touch). Files are opened without blocking and read only when they are regular files; a shared
-object is checked against its own ELF headers before anything loads it (``elf_problem``, used by
-``torch_segops._library.load`` and by the doctor). Nothing here imports torch.
+A path can name a FIFO (opening it to read waits for a writer: the doctor hung), a device (``/dev/zero``
+never ends: MemoryError), a directory, or a truncated copy of a shared object (the dynamic loader maps its
+segments past the end of the file and the process dies of SIGBUS on first touch). Files are opened without
+blocking and read only when they are regular files; a shared object is checked against its own ELF headers
+(a few KB read) before anything loads it. Corruption that keeps the size (zeroed or random bytes) passes
+this check: only the doctor finds it, by the sha256 of the install record (docs/environments.md, "The doctor").
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import stat
 import struct
 import sys
 
+LIBRARY_ENV = "TORCH_SEGOPS_LIBRARY"
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+# The first bytes of a shared library where it is not ELF: Mach-O 64-bit (either byte order), PE ("MZ").
+_MAGIC = {"darwin": (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf"), "win32": (b"MZ",)}
 
 
 class NotARegularFile(OSError):
     """The path exists but is not a regular file (or is larger than the reader accepts)."""
 
 
-def _open_regular(path: str) -> tuple[int, int]:
-    """(file descriptor, size) of a regular file, opened without blocking on a FIFO."""
+def library_path() -> str:
+    """Path of the compiled library (``$TORCH_SEGOPS_LIBRARY`` overrides the search)."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        return override
+    # find_spec also resolves scikit-build-core editable installs, where the .so lives outside src/.
+    spec = importlib.util.find_spec("torch_segops._C")
+    if spec is not None and spec.origin and os.path.exists(spec.origin):
+        return spec.origin
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_C.so")
+
+
+def open_regular(path: str) -> tuple[int, int]:
+    """(file descriptor, size) of a regular file, opened without blocking on a FIFO; NotARegularFile otherwise."""
     # O_NONBLOCK and O_CLOEXEC: POSIX only; O_BINARY: Windows only (no text-mode translation)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags)
@@ -39,42 +56,10 @@ def _open_regular(path: str) -> tuple[int, int]:
         raise
 
 
-def read_regular(path: str, limit: int) -> bytes:
-    """The contents of the regular file ``path`` of at most ``limit`` bytes. Raises OSError (including
-    NotARegularFile) otherwise."""
-    fd, size = _open_regular(path)
-    with os.fdopen(fd, "rb") as fh:
-        if size > limit:
-            raise NotARegularFile(f"{path} has {size} bytes, more than the {limit} expected")
-        return fh.read(limit + 1)[:limit]
-
-
-def find_in_file(path: str, start: bytes, end: bytes, limit: int = 4096) -> bytes | None:
-    """The bytes from the first ``start`` to the next ``end`` (included, at most ``limit`` bytes) in a
-    regular file, read in chunks (a CUDA build's library is hundreds of MB); None when absent."""
-    chunk = 1 << 20
-    fd, _ = _open_regular(path)
-    with os.fdopen(fd, "rb") as fh:
-        tail = b""
-        while True:
-            block = fh.read(chunk)
-            data = tail + block
-            i = data.find(start)
-            if i >= 0:
-                while len(data) - i < limit and block:
-                    block = fh.read(chunk)
-                    data += block
-                j = data.find(end, i, i + limit)
-                return data[i : j + len(end)] if j >= 0 else None
-            if not block:
-                return None
-            tail = data[-len(start) :]
-
-
 def _opened(path: str):
     """(binary file object, size) of the regular file ``path``, or (None, why it cannot be opened)."""
     try:
-        fd, size = _open_regular(path)
+        fd, size = open_regular(path)
     except OSError as e:
         return None, str(e) if isinstance(e, NotARegularFile) else f"{path} cannot be opened: {e.strerror or e}"
     return os.fdopen(fd, "rb"), size
@@ -118,10 +103,6 @@ def elf_problem(path: str) -> str | None:
     return None
 
 
-# The first bytes of a shared library where it is not ELF: Mach-O 64-bit (either byte order), PE ("MZ").
-_MAGIC = {"darwin": (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf"), "win32": (b"MZ",)}
-
-
 def library_file_problem(path: str, platform: str = sys.platform) -> str | None:
     """Why ``path`` cannot be this platform's shared library, or None: ``elf_problem`` (every check) on
     ELF platforms; on macOS and Windows a regular file that starts with the Mach-O or PE magic (their
@@ -138,3 +119,11 @@ def library_file_problem(path: str, platform: str = sys.platform) -> str | None:
         kind = "a Mach-O" if platform == "darwin" else "a PE (DLL)"
         return f"{path} is not {kind} shared object (it starts with {head.hex(' ') or 'nothing'}, {size} bytes)"
     return None
+
+
+def describe_torch_import_error(e: BaseException) -> str:
+    """What `import torch` raising ``e`` means, in the words both the doctor and ``import torch_segops`` use."""
+    if isinstance(e, SystemExit):
+        return (f"`import torch` raised SystemExit({e.code!r}): torch's import exits the process instead of raising "
+                "an ImportError (a broken torch installation)")
+    return f"{type(e).__name__}: {e}".strip()
