@@ -17,24 +17,20 @@ def _doctor_is_starting() -> bool:
     return "torch_segops.doctor" in argv or os.path.basename(sys.argv[0] or "") == "torch-segops-doctor"
 
 
-try:
-    if _doctor_is_starting():  # the doctor loads the library in a child process only: a damaged one kills its loader
-        raise ImportError("torch_segops: not loaded in the doctor's process")
-    from ._library import (LibraryLoadError, build_info, check_errors, cuda_plan_counts, cuda_plans, library_path, load,
-                           set_cuda_plans)
+__version__: str = "unknown"
+if not _doctor_is_starting():  # the doctor loads the library in a child process only: a damaged one kills its loader
+    try:
+        from ._library import (LibraryLoadError, build_info, check_errors, cuda_plan_counts, cuda_plans, library_path,
+                               load, set_cuda_plans)
 
-    load()
-    __version__: str = build_info()["version"]
-except (Exception, SystemExit) as _e:  # a broken torch can even exit from its import
-    if not _doctor_is_starting():
-        if isinstance(_e, SystemExit):
-            from ._libfile import describe_torch_import_error
+        load()
+    except SystemExit as _e:  # a broken torch can even exit from its import
+        from ._libfile import describe_torch_import_error
 
-            raise ImportError(f"torch_segops: {describe_torch_import_error(_e)}. Run `python -m torch_segops.doctor` "
-                              "for the fix.") from _e
-        raise
-    __version__ = "unknown"
-else:
+        raise ImportError(f"torch_segops: {describe_torch_import_error(_e)}. Run `python -m torch_segops.doctor` "
+                          "for the fix.") from _e
+    __version__ = build_info()["version"]
+
     from . import _coo_kernel, _registrations  # noqa: F401  (Python kernel, fake kernels and autograd)
     from .coo import (
         gather_coo,
