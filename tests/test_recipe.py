@@ -299,7 +299,9 @@ def test_meta_yaml_matches_recipe_yaml(platform, name):
     # the same build script: v1's recipe/build.sh (build.bat on win), reached by v0 through its `recipe` source folder
     win = platform.startswith("win")
     assert r["build"]["script"].get("file") == ("build.bat" if win else "build.sh")
-    assert meta["build"]["script"] == ("call recipe\\build.bat" if win else "bash recipe/build.sh")
+    assert "script" not in meta["build"]  # conda-build's default scripts beside meta.yaml call v1's
+    assert (REPO / "recipe-v0" / "build.sh").read_text().splitlines()[-1] == "exec bash recipe/build.sh"
+    assert "call recipe\\build.bat" in (REPO / "recipe-v0" / "bld.bat").read_text().splitlines()
     assert {"path": "../recipe", "folder": "recipe"} in meta["source"]
     assert r["source"] == [{"path": ".."}] or r["source"][0]["path"] == ".."
     for kind in ("build", "host", "run"):
@@ -520,3 +522,16 @@ def test_feedstock_config_emits_linux_aarch64_jobs():
             assert cross == ([] if build == target else ["python", f"cross-python_{target}"]), (target, name, cross)
             meta = render_meta(target, {k: str(x) for k, x in v.variant.items()}, v.hash_info.hash, build_platform=build)
             assert [norm(s) for s in meta["requirements"]["build"]] == [norm(s) for s in build_reqs], (target, name)
+
+
+def test_meta_yaml_parses_as_conda_forge_linter_reads_it(tmp_path):
+    """conda-smithy's linter parses the raw meta.yaml (conda-recipe-manager, grayskull, conda-souschef); a key
+    written twice behind two selectors (`script:` for unix and for win) stopped all three."""
+    souschef = pytest.importorskip("souschef.recipe", reason="conda-souschef is not installed (tools/bootstrap.sh "
+                                                              "installs it)")
+    recipe = souschef.Recipe(load_file=str(REPO / "recipe-v0" / "meta.yaml"))
+    assert recipe["package"]["name"].value == "<{ name }}" and "requirements" in recipe
+    twice = tmp_path / "meta.yaml"  # the check itself: a key written twice fails the parse
+    twice.write_text("package:\n  name: x\nbuild:\n  script: a  # [not win]\n  script: b  # [win]\n")
+    with pytest.raises(Exception, match='found duplicate key "script"'):
+        souschef.Recipe(load_file=str(twice))

