@@ -216,6 +216,32 @@ def test_partition_search_is_in_the_device_code(built):
     assert not any("BRA" in body[i] for i in range(loop[0], loop[-1])), "a branch between the search's probes"
 
 
+def _load_runs(sass: str) -> list[int]:
+    """Lengths of the runs of global loads (LDG) with no branch between them, longest first."""
+    body = [line for line in sass.split("\n") if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    runs, cur = [], 0
+    for line in body:
+        if re.search(r"\bBRA\b", line):
+            runs.append(cur)
+            cur = 0
+        elif "LDG." in line:
+            cur += 1
+    return sorted(runs + [cur], reverse=True)
+
+
+@needs_nvcc
+def test_expand_searches_issue_their_probes_together(built):
+    """Issue #37 item 5: Expand finds its chunk's two merge-path coordinates with 8-ary searches, 7 probes of
+    indptr in flight per round (sm_90 SASS: two runs of 7 loads with no branch between them), where two binary
+    searches took one dependent load per round (at most 2 loads between branches)."""
+    cuobjdump = ccb.find_cuobjdump(NVCC)
+    assert cuobjdump is not None, "cuobjdump not found: run tools/bootstrap.sh"
+    funcs = ccb.cuobjdump_sass(cuobjdump, built.library, 90)
+    expand = [sass for name, sass in funcs.items() if "6ExpandINS0_8GatherFnIfEELi4E" in name]
+    assert len(expand) == 1, sorted(funcs)[:40]
+    assert _load_runs(expand[0])[:2] == [7, 7], _load_runs(expand[0])[:6]
+
+
 # cuobjdump 13.x output for a library built for 75-real;90a-real;120-virtual (format of the real tool)
 _LIST_ELF = "ELF file    1: _C.1.sm_75.cubin\nELF file    2: _C.2.sm_90a.cubin\n"
 _LIST_PTX = "PTX file    1: _C.1.sm_120.ptx\n"

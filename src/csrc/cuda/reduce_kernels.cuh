@@ -27,6 +27,13 @@ template <typename T> struct SrcLoad {
   static constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
   const T* x;
   template <int V> SEGOPS_HD void load(int64_t e, A (&o)[V]) const { load_vec<V>(x, e, o); }
+  // The loaded elements as they are in memory (16-bit ones packed two to a register), converted at their use.
+  template <int V> using Raw = Vec<T, V>;
+  template <int V> SEGOPS_HD void load_raw(int64_t e, Raw<V>& r) const { load_vec<V>(x, e, r.v); }
+  template <int V> SEGOPS_HD static void convert(const Raw<V>& r, A (&o)[V]) {
+SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) o[j] = static_cast<A>(r.v[j]);
+  }
 };
 
 template <typename T> struct ProdLoad {
@@ -41,17 +48,33 @@ template <typename T> struct ProdLoad {
 SEGOPS_UNROLL
     for (int j = 0; j < V; ++j) o[j] = a[j] * b[j];
   }
+  template <int V> struct Raw {
+    Vec<T, V> g, y;
+  };
+  template <int V> SEGOPS_HD void load_raw(int64_t e, Raw<V>& r) const {
+    load_vec<V>(g, e, r.g.v);
+    load_vec<V>(y, e, r.y.v);
+  }
+  template <int V> SEGOPS_HD static void convert(const Raw<V>& r, A (&o)[V]) {
+SEGOPS_UNROLL
+    for (int j = 0; j < V; ++j) o[j] = static_cast<A>(r.g.v[j]) * static_cast<A>(r.y.v[j]);
+  }
 };
 
 // ---- reduction kernels -----------------------------------------------------------------------------
 
-// Row fetchers: fetch(row, x) fills x[V] with the features of `row` (absolute along dim) this thread owns.
+// Row fetchers: raw(row, x) loads the features of `row` (absolute along dim) this thread owns as they are in
+// memory, convert(x, a) turns them into V accumulation values where they are used (16-bit inputs stay packed two
+// to a register while their loads are in flight: ReduceMain's 16-bit logsumexp spilled, 40 bytes of stack, with
+// the converted values held instead).
 template <class Load, int V> struct LaneFetch {
   using A = typename Load::A;
+  using Raw = typename Load::template Raw<V>;
   Load load;
   int64_t row_elem0;  // (b * N) * F + f0
   int64_t F;
-  SEGOPS_HD void operator()(int64_t row, A (&x)[V]) const { load.template load<V>(e(row), x); }
+  SEGOPS_HD void raw(int64_t row, Raw& x) const { load.template load_raw<V>(e(row), x); }
+  SEGOPS_HD static void convert(const Raw& r, A (&x)[V]) { Load::template convert<V>(r, x); }
   SEGOPS_HD int64_t e(int64_t row) const { return row_elem0 + row * F; }
 };
 
@@ -67,28 +90,32 @@ SEGOPS_UNROLL
   // Wide vectors move 16 bytes per load.
   constexpr int kU = V >= 4 ? 4 : 8;
   for (; r + kU <= count; r += kU) {
-    A x[kU][V];
+    typename Fetch::Raw x[kU];
 SEGOPS_UNROLL
-    for (int u = 0; u < kU; ++u) fetch(row0 + r + u, x[u]);
+    for (int u = 0; u < kU; ++u) fetch.raw(row0 + r + u, x[u]);
     SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
+      A a[V];
+      Fetch::convert(x[u], a);
 SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row0 + r + u);
+      for (int v = 0; v < V; ++v) Op::step(st[v], a[v], row0 + r + u);
     }
   }
   if (r < count) {  // the last count % kU rows: one more round, not one per row
-    A x[kU][V];
+    typename Fetch::Raw x[kU];
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
-      if (r + u < count) fetch(row0 + r + u, x[u]);
+      if (r + u < count) fetch.raw(row0 + r + u, x[u]);
     }
     SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
       if (r + u < count) {
+        A a[V];
+        Fetch::convert(x[u], a);
 SEGOPS_UNROLL
-        for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row0 + r + u);
+        for (int v = 0; v < V; ++v) Op::step(st[v], a[v], row0 + r + u);
       }
     }
   }
