@@ -1175,10 +1175,11 @@ void run_index_case(const std::vector<int64_t>& xs, int64_t rows, int64_t n, int
   ix.check_sorted = check_sorted;
   g_ctx = std::string("index_to_indptr: ") + what + (sizeof(I) == 4 ? " int32" : " int64") +
           (check_sorted ? " sorted" : " unsorted allowed") + " size " + std::to_string(size);
+  const int64_t max_threads = total % 3 == 0 ? 7 : kIndexThreadsMax;  // 7: every thread takes many entries
   if (size < 0) {
     u64 words[2] = {kNoError, kNoError};
     HostExec ex;
-    launch_index_max(ex, ix, words);
+    launch_index_max(ex, ix, words, max_threads);
     int64_t mx = -1;
     for (int64_t v : xs) mx = std::max(mx, v);
     const auto [w, pos] = index_first_problem(xs, n, -1, check_sorted);
@@ -1203,7 +1204,8 @@ void run_index_case(const std::vector<int64_t>& xs, int64_t rows, int64_t n, int
     ex.order = order;
     HostErrors he;
     Buf<int64_t> off(static_cast<size_t>(rows * len));
-    run_index_to_indptr(ex, ix, ErrorSlot{&he.word, &he.rec, 5, kOpIndexToIndptr, 0, size}, off.p);
+    run_index_to_indptr(ex, ix, ErrorSlot{&he.word, &he.rec, 5, kOpIndexToIndptr, 0, size}, off.p,
+                        order == 1 ? 7 : max_threads);
     bool same = true;
     for (int64_t i = 0; i < rows * len && same; ++i) {
       same = off[i] == want[i];

@@ -39,9 +39,9 @@ template <typename I> struct IndexRows {
   int64_t rows = 0, n = 0, size = -1;
   bool check_sorted = false;
   SEGOPS_HD int64_t total() const { return rows * n; }
-  // The first problem (IndexProblem, in the CPU's order of reporting) of entry i, or -1.
-  SEGOPS_HD int32_t problem(int64_t i, int64_t v) const {
-    if (check_sorted && i % n != 0 && v < static_cast<int64_t>(rd(x + i - 1))) return kIndexUnsorted;
+  // The first problem (IndexProblem, in the CPU's order of reporting) of entry i (v = x[i], k = i % n), or -1.
+  SEGOPS_HD int32_t problem(int64_t i, int64_t k, int64_t v) const {
+    if (check_sorted && k != 0 && v < static_cast<int64_t>(rd(x + i - 1))) return kIndexUnsorted;
     if (v < 0) return kIndexNegative;
     if (size >= 0 && v >= size) return kIndexTooLarge;
     return -1;
@@ -66,22 +66,32 @@ template <typename I> struct IndexCount {
   u64* max_last = nullptr;
   SEGOPS_HD void operator()(int64_t tid) const {
     const int64_t total = ix.total(), n = ix.n, len = ix.size + 1;
+    if (tid >= total) return;
     int64_t m = -1;
     u64 bad = kNoError;  // the smallest error key of this thread's entries
+    // entry i = row * n + k, advanced by threads = dr rows and dk entries with a carry (no division per entry)
+    const int64_t dr = threads / n, dk = threads - dr * n;
+    int64_t row = tid / n, k = tid - row * n;
     for (int64_t i = tid; i < total; i += threads) {
       const int64_t v = rd(ix.x + i);
       m = v > m ? v : m;
-      const int32_t what = ix.problem(i, v);
+      const int32_t what = ix.problem(i, k, v);
       if (what >= 0) {
         const u64 key = (index_error_key(what, i, total) << kTagBits) | tag;
         bad = key < bad ? key : bad;
       }
-      if (off == nullptr) continue;
-      const int64_t row = i / n, k = i - row * n, bucket = iclamp(v, -1, ix.size) + 1;
-      if (bucket > ix.size) continue;
-      int64_t* o = off + row * len + bucket;
-      if (k == 0 || static_cast<int64_t>(rd(ix.x + i - 1)) != v) atomic_add_i64(o, -k);  // a run starts at k
-      if (k == n - 1 || static_cast<int64_t>(rd(ix.x + i + 1)) != v) atomic_add_i64(o, k + 1);  // and ends
+      const int64_t bucket = iclamp(v, -1, ix.size) + 1;
+      if (off != nullptr && bucket <= ix.size) {
+        int64_t* o = off + row * len + bucket;
+        if (k == 0 || static_cast<int64_t>(rd(ix.x + i - 1)) != v) atomic_add_i64(o, -k);  // a run starts at k
+        if (k == n - 1 || static_cast<int64_t>(rd(ix.x + i + 1)) != v) atomic_add_i64(o, k + 1);  // and ends
+      }
+      row += dr;
+      k += dk;
+      if (k >= n) {
+        k -= n;
+        ++row;
+      }
     }
     if (bad != kNoError && err != nullptr) atomic_min_u64(err, bad);
     if (max_last != nullptr) atomic_min_u64(max_last, ~static_cast<u64>(m + 1));  // (m >= -1)
@@ -100,7 +110,7 @@ template <typename I> struct PublishIndex {
     const u64 key = v >> kTagBits, total = static_cast<u64>(ix.total());
     const int64_t what = total == 0 ? -1 : static_cast<int64_t>(key / total);
     const int64_t pos = total == 0 ? 0 : static_cast<int64_t>(key % total);
-    if (what < 0 || what > kIndexTooLarge || ix.problem(pos, rd(ix.x + pos)) != what) {
+    if (what < 0 || what > kIndexTooLarge || ix.problem(pos, pos % ix.n, rd(ix.x + pos)) != what) {
       atomic_cas_u64(to.err, v, kNoError);
       return;
     }
@@ -216,21 +226,24 @@ constexpr int64_t kIndexThreadsMax = int64_t(1) << 20;  // threads of IndexCount
 // size -1: checks the index (no upper bound) into words[0] (an error key as the error word holds it, tag 0)
 // and max(index) + 1 into words[1] (as its complement: 0 for an empty or all-negative index); both words
 // start at kNoError (~0).
-template <class Exec, typename I> void launch_index_max(Exec& ex, IndexRows<I> ix, u64* words) {
+template <class Exec, typename I>
+void launch_index_max(Exec& ex, IndexRows<I> ix, u64* words, int64_t max_threads = kIndexThreadsMax) {
   ix.size = -1;
   IndexCount<I> k;
   k.ix = ix;
-  k.threads = imax(1, imin(ix.total(), kIndexThreadsMax));
+  k.threads = imax(1, imin(ix.total(), max_threads));
   k.err = words;
   k.max_last = words + 1;
   ex.launch(k, ix.total() > 0 ? k.threads : 0);
 }
 
 // The [rows, size + 1] offsets of ix (size >= 0) into off, the index's problems reported through `to` (this
-// call's slot of the error word, limit = size). Every launch after the first that checks runs under
+// call's slot of the error word, limit = size); IndexCount's threads at most max_threads (the host emulation
+// makes each take many entries). Every launch after the first that checks runs under
 // PublishOnAbort, so a call that ends early still publishes.
-template <class Exec, typename I> void run_index_to_indptr(Exec& ex, const IndexRows<I>& ix, const ErrorSlot& to,
-                                                           int64_t* off) {
+template <class Exec, typename I>
+void run_index_to_indptr(Exec& ex, const IndexRows<I>& ix, const ErrorSlot& to, int64_t* off,
+                         int64_t max_threads = kIndexThreadsMax) {
   const int64_t len = ix.size + 1, total = ix.total();
   ex.zero(off, static_cast<size_t>(ix.rows * len) * sizeof(int64_t));
   if (total == 0 || ix.rows * len == 0) return;
@@ -239,7 +252,7 @@ template <class Exec, typename I> void run_index_to_indptr(Exec& ex, const Index
   guard.arm(pub);
   IndexCount<I> count;
   count.ix = ix;
-  count.threads = imax(1, imin(total, kIndexThreadsMax));
+  count.threads = imax(1, imin(total, max_threads));
   count.off = off;
   count.err = to.err;
   count.tag = to.tag;
