@@ -142,6 +142,20 @@ def _scaled(rows: int, n_seg: int) -> tuple[int, int]:
     return (max(rows // 100, 40), max(n_seg // 100, 3)) if DRY_RUN else (rows, n_seg)
 
 
+def _cpu_and_forced(name, src, indptr, plan, force_plan):
+    """REDUCES[name] on the CPU and, forced onto `plan`, on DEV: (cpu, gpu); min/max's values and arg are compared
+    here (exact), and (None, None) returned."""
+    cpu = REDUCES[name](src, indptr)
+    ran_only_on_plan = force_plan(plan)
+    gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
+    ran_only_on_plan()
+    if isinstance(cpu, tuple):
+        R.assert_equal(gpu[0].cpu(), cpu[0], f"{name} values")
+        R.assert_equal(gpu[1].cpu(), cpu[1], f"{name} arg")
+        return None, None
+    return cpu, gpu
+
+
 # (id, plan, rows, F, segments, hub): every plan with vector and scalar lanes, the F = 1 block kernel, the short
 # plan's hub pieces (400k rows: 1563 pieces of 256 rows, two levels of piece states: 1563 -> 25; 1.1M rows:
 # 4297 -> 68 -> 2, three levels), one-feature inputs on the plans TORCH_SEGOPS_CUDA_PLANS can force instead of
@@ -175,13 +189,8 @@ def test_large_matches_cpu(case, name, dtype, force_plan):
     if name == "mul":
         src = R.near_one(src)
     indptr = _cut_indptr(rows, n_seg, g, hub)
-    cpu = REDUCES[name](src, indptr)
-    ran_only_on_plan = force_plan(plan)
-    gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
-    ran_only_on_plan()
-    if isinstance(cpu, tuple):
-        R.assert_equal(gpu[0].cpu(), cpu[0], f"{name} values")
-        R.assert_equal(gpu[1].cpu(), cpu[1], f"{name} arg")
+    cpu, gpu = _cpu_and_forced(name, src, indptr, plan, force_plan)
+    if cpu is None:
         return
     # Both sides accumulate in the compute dtype in different orders. The tolerance scales are computed
     # with the (separately tested) CPU ops in float64, as the loop reference is too slow for 50k segments.
@@ -590,13 +599,8 @@ def test_special_values_match_cpu(plan, rows, feat, name, force_plan):
     kernels (the same rules for NaN and infinities; test_ops.py checks the CPU against the float64 reference):
     non-finite results equal, finite ones within the rounding of another order of the same operations."""
     src, indptr = _special_values_case(rows, feat, name)
-    cpu = REDUCES[name](src, indptr)
-    ran_only_on_plan = force_plan(plan)
-    gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
-    ran_only_on_plan()
-    if isinstance(cpu, tuple):
-        R.assert_equal(gpu[0].cpu(), cpu[0], f"{name} values")
-        R.assert_equal(gpu[1].cpu(), cpu[1], f"{name} arg")
+    cpu, gpu = _cpu_and_forced(name, src, indptr, plan, force_plan)
+    if cpu is None:
         return
     got, want = gpu.cpu().double(), cpu.double()
     finite = torch.isfinite(want)
