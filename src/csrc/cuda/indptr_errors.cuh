@@ -36,10 +36,14 @@ struct ErrorRecord {
 };
 constexpr int32_t kWhatIndptr = -1;
 
-// The offset checks of the CPU backend, for position i of a flattened [rows, len] indptr.
+// The offset checks of the CPU backend, for offset v at position k of a row of len (prev: the offset before it).
+SEGOPS_HD bool offset_bad(int64_t v, int64_t prev, int64_t k, int64_t len, int64_t limit) {
+  return k == 0 ? v < 0 : (v < prev || (k == len - 1 && limit >= 0 && v > limit));
+}
+
+// The same for position i of a flattened [rows, len] indptr.
 SEGOPS_HD bool indptr_bad(const int64_t* p, int64_t i, int64_t k, int64_t len, int64_t limit) {
-  const int64_t v = rd(p + i);
-  return k == 0 ? v < 0 : (v < p[i - 1] || (k == len - 1 && limit >= 0 && v > limit));
+  return offset_bad(rd(p + i), k != 0 ? p[i - 1] : 0, k, len, limit);
 }
 
 // Thread tid checks offsets [tid * per_thread, (tid + 1) * per_thread) and keeps the smallest bad
@@ -65,8 +69,7 @@ SEGOPS_UNROLL
       for (int j = 0; j < kBatch && i + j < i1; ++j, ++k) {
         if (k == len) k = 0;
         const int64_t x = v[j];
-        const bool bad = k == 0 ? x < 0 : (x < prev || (k == len - 1 && limit >= 0 && x > limit));
-        if (bad) {
+        if (offset_bad(x, prev, k, len, limit)) {
           atomic_min_u64(err, (static_cast<u64>(i + j) << kTagBits) | tag);
           return;
         }
@@ -125,12 +128,13 @@ struct Publish {
   SEGOPS_HD void run() const {
     const u64 v = own_error(to);
     if (v == kNoError) return;
-    const int64_t pos = static_cast<int64_t>(v >> kTagBits);
-    if (pos >= rows * len || !indptr_bad(p, pos, pos % len, len, to.limit)) {
+    const int64_t pos = static_cast<int64_t>(v >> kTagBits), k = pos % len;
+    const int64_t value = pos < rows * len ? rd(p + pos) : 0, prev = pos < rows * len && k != 0 ? p[pos - 1] : 0;
+    if (pos >= rows * len || !offset_bad(value, prev, k, len, to.limit)) {
       atomic_cas_u64(to.err, v, kNoError);
       return;
     }
-    publish_error(to, v, kWhatIndptr, pos, len, rows, p[pos], pos % len != 0 ? p[pos - 1] : 0);
+    publish_error(to, v, kWhatIndptr, pos, len, rows, value, prev);
   }
 };
 

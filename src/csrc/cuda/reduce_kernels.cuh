@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunk_grid.cuh"
 #include "cuda/device_primitives.cuh"
@@ -22,13 +23,18 @@ namespace cuda {
 
 // ---- element loaders (reductions read src, or grad * out for the softmax backward) ------------------
 
+// The V features of a row as a lane holds them between their load and their use: in T where that takes fewer
+// registers than A (16-bit inputs and int32 ones, more than one feature: converted where they are used, so that
+// the rows in flight do not hold A-wide copies), else in A (converted at the load).
+template <typename T, typename A, int V>
+using Loaded = std::conditional_t<(sizeof(T) < sizeof(A) && V > 1), Vec<T, V>, Vec<A, V>>;
+
 template <typename T> struct SrcLoad {
   using A = acc_t<T>;
   static constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
   const T* x;
   template <int V> SEGOPS_HD void load(int64_t e, A (&o)[V]) const { load_vec<V>(x, e, o); }
-  // The loaded elements as they are in memory (16-bit ones packed two to a register), converted at their use.
-  template <int V> using Raw = Vec<T, V>;
+  template <int V> using Raw = Loaded<T, A, V>;
   template <int V> SEGOPS_HD void load_raw(int64_t e, Raw<V>& r) const { load_vec<V>(x, e, r.v); }
   template <int V> SEGOPS_HD static void convert(const Raw<V>& r, A (&o)[V]) {
 SEGOPS_UNROLL
@@ -36,6 +42,7 @@ SEGOPS_UNROLL
   }
 };
 
+// g * y, multiplied at the load (the product takes half the registers of its two factors).
 template <typename T> struct ProdLoad {
   using A = acc_t<T>;
   static constexpr int kVec = static_cast<int>(16 / sizeof(T));
@@ -48,25 +55,20 @@ template <typename T> struct ProdLoad {
 SEGOPS_UNROLL
     for (int j = 0; j < V; ++j) o[j] = a[j] * b[j];
   }
-  template <int V> struct Raw {
-    Vec<T, V> g, y;
-  };
-  template <int V> SEGOPS_HD void load_raw(int64_t e, Raw<V>& r) const {
-    load_vec<V>(g, e, r.g.v);
-    load_vec<V>(y, e, r.y.v);
-  }
+  template <int V> using Raw = Vec<A, V>;
+  template <int V> SEGOPS_HD void load_raw(int64_t e, Raw<V>& r) const { load<V>(e, r.v); }
   template <int V> SEGOPS_HD static void convert(const Raw<V>& r, A (&o)[V]) {
 SEGOPS_UNROLL
-    for (int j = 0; j < V; ++j) o[j] = static_cast<A>(r.g.v[j]) * static_cast<A>(r.y.v[j]);
+    for (int j = 0; j < V; ++j) o[j] = r.v[j];
   }
 };
 
 // ---- reduction kernels -----------------------------------------------------------------------------
 
-// Row fetchers: raw(row, x) loads the features of `row` (absolute along dim) this thread owns as they are in
-// memory, convert(x, a) turns them into V accumulation values where they are used (16-bit inputs stay packed two
-// to a register while their loads are in flight: ReduceMain's 16-bit logsumexp spilled, 40 bytes of stack, with
-// the converted values held instead).
+// Row fetchers: raw(row, x) loads the features of `row` (absolute along dim) this thread owns (as the loader
+// holds them, Loaded), convert(x, a) gives their V accumulation values where they are used (16-bit inputs stay
+// packed two to a register while their loads are in flight: ReduceMain's 16-bit logsumexp at V = 8 spilled, 40
+// bytes of stack, holding them as floats).
 template <class Load, int V> struct LaneFetch {
   using A = typename Load::A;
   using Raw = typename Load::template Raw<V>;
