@@ -198,6 +198,23 @@ def test_ptxas_resources_per_kernel(built):
 
 
 @needs_nvcc
+def test_local_memory_that_issue_37_removed_stays_out(built):
+    """ptxas: ReduceShort keeps its segment ends in registers (indexed by constants only; `e[nseg]` gave all 80
+    instances a 72-104 byte stack frame, with no spill), and ReduceMain's 16-bit logsumexp at V = 8 holds its
+    rows in flight packed (it spilled 32 / 64 bytes with a 40-byte frame)."""
+    rows = ccb.resource_usage(built.log)
+    short = [r for r in rows if r.kernel.startswith("ReduceShort<")]
+    assert len(short) == 160, len(short)
+    framed = [(r.arch, r.kernel, r.stack) for r in short if r.stack and not (r.spill_stores or r.spill_loads)]
+    assert not framed, framed
+    lse16 = [r for r in rows if r.kernel.startswith("ReduceMain<") and "LogSumExpOp<float>" in r.kernel
+             and ("Half" in r.kernel or "BFloat16" in r.kernel) and r.kernel.endswith(", 8>")]
+    assert len(lse16) == 8, [r.kernel for r in lse16]
+    assert all(r.stack == 0 and r.spill_stores == 0 and r.spill_loads == 0 for r in lse16), \
+        [(r.arch, r.kernel, r.stack, r.spill_stores) for r in lse16]
+
+
+@needs_nvcc
 def test_partition_search_is_in_the_device_code(built):
     """The regression test of the dropped search: Partition's SASS (sm_90) holds the 8-ary search's loads (7
     probes a round plus indptr[0] and indptr[S]), not the 2 loads the kernel had when nvcc dropped the loop."""

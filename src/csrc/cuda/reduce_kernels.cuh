@@ -25,9 +25,18 @@ namespace cuda {
 
 // The V features of a row as a lane holds them between their load and their use: in T where that takes fewer
 // registers than A (16-bit inputs and int32 ones, more than one feature: converted where they are used, so that
-// the rows in flight do not hold A-wide copies), else in A (converted at the load).
+// the rows in flight do not hold A-wide copies), else in A (converted at the load, the code as it was: an A[V]
+// used in place; a copy of it moved the float sum's ReduceMain from 80 to 99 registers, 3 -> 2 blocks per SM).
 template <typename T, typename A, int V>
-using Loaded = std::conditional_t<(sizeof(T) < sizeof(A) && V > 1), Vec<T, V>, Vec<A, V>>;
+using Loaded = std::conditional_t<(sizeof(T) < sizeof(A) && V > 1), Vec<T, V>, A[V]>;
+
+// The accumulation values of loaded ones: themselves (A[V]), or converted into tmp (Vec<T, V>).
+template <typename A, int V> SEGOPS_HD const A (&to_acc(const A (&r)[V], A (&)[V]))[V] { return r; }
+template <typename A, typename T, int V> SEGOPS_HD const A (&to_acc(const Vec<T, V>& r, A (&tmp)[V]))[V] {
+SEGOPS_UNROLL
+  for (int j = 0; j < V; ++j) tmp[j] = static_cast<A>(r.v[j]);
+  return tmp;
+}
 
 template <typename T> struct SrcLoad {
   using A = acc_t<T>;
@@ -35,11 +44,8 @@ template <typename T> struct SrcLoad {
   const T* x;
   template <int V> SEGOPS_HD void load(int64_t e, A (&o)[V]) const { load_vec<V>(x, e, o); }
   template <int V> using Raw = Loaded<T, A, V>;
-  template <int V> SEGOPS_HD void load_raw(int64_t e, Raw<V>& r) const { load_vec<V>(x, e, r.v); }
-  template <int V> SEGOPS_HD static void convert(const Raw<V>& r, A (&o)[V]) {
-SEGOPS_UNROLL
-    for (int j = 0; j < V; ++j) o[j] = static_cast<A>(r.v[j]);
-  }
+  template <int V> SEGOPS_HD void load_raw(int64_t e, A (&r)[V]) const { load_vec<V>(x, e, r); }
+  template <int V> SEGOPS_HD void load_raw(int64_t e, Vec<T, V>& r) const { load_vec<V>(x, e, r.v); }
 };
 
 // g * y, multiplied at the load (the product takes half the registers of its two factors).
@@ -55,18 +61,14 @@ template <typename T> struct ProdLoad {
 SEGOPS_UNROLL
     for (int j = 0; j < V; ++j) o[j] = a[j] * b[j];
   }
-  template <int V> using Raw = Vec<A, V>;
-  template <int V> SEGOPS_HD void load_raw(int64_t e, Raw<V>& r) const { load<V>(e, r.v); }
-  template <int V> SEGOPS_HD static void convert(const Raw<V>& r, A (&o)[V]) {
-SEGOPS_UNROLL
-    for (int j = 0; j < V; ++j) o[j] = r.v[j];
-  }
+  template <int V> using Raw = A[V];
+  template <int V> SEGOPS_HD void load_raw(int64_t e, A (&r)[V]) const { load<V>(e, r); }
 };
 
 // ---- reduction kernels -----------------------------------------------------------------------------
 
 // Row fetchers: raw(row, x) loads the features of `row` (absolute along dim) this thread owns (as the loader
-// holds them, Loaded), convert(x, a) gives their V accumulation values where they are used (16-bit inputs stay
+// holds them, Loaded), values(x, tmp) gives their V accumulation values where they are used (16-bit inputs stay
 // packed two to a register while their loads are in flight: ReduceMain's 16-bit logsumexp at V = 8 spilled, 40
 // bytes of stack, holding them as floats).
 template <class Load, int V> struct LaneFetch {
@@ -76,7 +78,7 @@ template <class Load, int V> struct LaneFetch {
   int64_t row_elem0;  // (b * N) * F + f0
   int64_t F;
   SEGOPS_HD void raw(int64_t row, Raw& x) const { load.template load_raw<V>(e(row), x); }
-  SEGOPS_HD static void convert(const Raw& r, A (&x)[V]) { Load::template convert<V>(r, x); }
+  SEGOPS_HD static const A (&values(const Raw& r, A (&tmp)[V]))[V] { return to_acc(r, tmp); }
   SEGOPS_HD int64_t e(int64_t row) const { return row_elem0 + row * F; }
 };
 
@@ -98,8 +100,8 @@ SEGOPS_UNROLL
     SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
-      A a[V];
-      Fetch::convert(x[u], a);
+      A tmp[V];
+      const A(&a)[V] = Fetch::values(x[u], tmp);
 SEGOPS_UNROLL
       for (int v = 0; v < V; ++v) Op::step(st[v], a[v], row0 + r + u);
     }
@@ -114,8 +116,8 @@ SEGOPS_UNROLL
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
       if (r + u < count) {
-        A a[V];
-        Fetch::convert(x[u], a);
+        A tmp[V];
+        const A(&a)[V] = Fetch::values(x[u], tmp);
 SEGOPS_UNROLL
         for (int v = 0; v < V; ++v) Op::step(st[v], a[v], row0 + r + u);
       }

@@ -193,8 +193,8 @@ SEGOPS_UNROLL
             e_k = hi;
             hi = pick(e, k + 1);
           }
-          A a[V];
-          fetch.convert(x[u], a);
+          A tmp[V];
+          const A(&a)[V] = fetch.values(x[u], tmp);
 SEGOPS_UNROLL
           for (int v = 0; v < V; ++v) Op::step(st[v], a[v], row);
         }
