@@ -142,6 +142,20 @@ def _scaled(rows: int, n_seg: int) -> tuple[int, int]:
     return (max(rows // 100, 40), max(n_seg // 100, 3)) if DRY_RUN else (rows, n_seg)
 
 
+def _cpu_and_forced(name, src, indptr, plan, force_plan):
+    """REDUCES[name] on the CPU and, forced onto `plan`, on DEV: (cpu, gpu); min/max's values and arg are compared
+    here (exact), and (None, None) returned."""
+    cpu = REDUCES[name](src, indptr)
+    ran_only_on_plan = force_plan(plan)
+    gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
+    ran_only_on_plan()
+    if isinstance(cpu, tuple):
+        R.assert_equal(gpu[0].cpu(), cpu[0], f"{name} values")
+        R.assert_equal(gpu[1].cpu(), cpu[1], f"{name} arg")
+        return None, None
+    return cpu, gpu
+
+
 # (id, plan, rows, F, segments, hub): every plan with vector and scalar lanes, the F = 1 block kernel, the short
 # plan's hub pieces (400k rows: 1563 pieces of 256 rows, two levels of piece states: 1563 -> 25; 1.1M rows:
 # 4297 -> 68 -> 2, three levels), one-feature inputs on the plans TORCH_SEGOPS_CUDA_PLANS can force instead of
@@ -175,13 +189,8 @@ def test_large_matches_cpu(case, name, dtype, force_plan):
     if name == "mul":
         src = R.near_one(src)
     indptr = _cut_indptr(rows, n_seg, g, hub)
-    cpu = REDUCES[name](src, indptr)
-    ran_only_on_plan = force_plan(plan)
-    gpu = REDUCES[name](src.to(DEV), indptr.to(DEV))
-    ran_only_on_plan()
-    if isinstance(cpu, tuple):
-        R.assert_equal(gpu[0].cpu(), cpu[0], f"{name} values")
-        R.assert_equal(gpu[1].cpu(), cpu[1], f"{name} arg")
+    cpu, gpu = _cpu_and_forced(name, src, indptr, plan, force_plan)
+    if cpu is None:
         return
     # Both sides accumulate in the compute dtype in different orders. The tolerance scales are computed
     # with the (separately tested) CPU ops in float64, as the loop reference is too slow for 50k segments.
@@ -438,3 +447,172 @@ def test_bad_indptr_cuda_every_op(fn):
     with pytest.raises(RuntimeError, match="indptr must be non-decreasing"):
         call(src, bad)
         so.check_errors()
+
+
+# ---- issue #37: +inf in logsumexp on every plan, the error protocol, the COO offsets --------------------------
+
+def _infinity_case(rows: int, feat: int):
+    """A rows-long segment holding +inf every 37 rows, a segment of -inf only, one of -inf among finite values,
+    then 8-row segments (so that the short plan cuts the long one in pieces)."""
+    g = torch.Generator().manual_seed(rows)
+    lengths = [rows, 9, 9] + [8] * 250
+    src = torch.randn(sum(lengths), feat, generator=g)
+    src[torch.arange(5, rows, 37)] = float("inf")
+    src[rows:rows + 9] = float("-inf")
+    src[rows + 9:rows + 18:3] = float("-inf")
+    return src, R.indptr_from_lengths(lengths)
+
+
+@pytest.mark.parametrize("plan,rows,feat", [("block", 40, 1), ("block", 3000, 1), ("merge", 40, 16),
+                                            ("merge", 3000, 16), ("short", 2000, 4)])
+def test_logsumexp_with_infinity_every_plan(plan, rows, feat, force_plan):
+    """Issue #37 item 1: the parts of a segment whose max is +inf are merged on every plan (block scan, carries,
+    long-segment pieces), where exp(inf - inf) gave NaN; torch.logsumexp gives +inf."""
+    src, indptr = _infinity_case(rows, feat)
+    ran_only_on_plan = force_plan(plan)
+    got = so.segment_logsumexp_csr(src.to(DEV), indptr.to(DEV)).cpu()
+    ran_only_on_plan()
+    expected, _ = R.segment(src, indptr, "logsumexp")
+    assert torch.isposinf(got[0]).all() and torch.isneginf(got[1]).all() and torch.isfinite(got[2]).all(), got[:3]
+    inf = ~torch.isfinite(expected)
+    R.assert_equal(got[inf], expected[inf], f"logsumexp with infinities, {plan}: the infinite results")
+    counts = (indptr[1:] - indptr[:-1]).double().unsqueeze(-1)
+    tol = 8 * torch.finfo(torch.float32).eps * (1 + expected.double().abs() + counts.sqrt())
+    diff = (got.double() - expected.double()).abs()
+    assert bool((diff <= tol)[~inf].all()), f"logsumexp with infinities, {plan}: max |diff| {diff[~inf].max():.3g}"
+
+
+def test_gather_ending_after_its_validation_reports_its_error_and_the_next():
+    """Issue #37 item 2: gather_csr_out with an invalid indptr and an out= that the call then rejects. The GPU
+    validated indptr before the out= check threw; the error must be published (reported at check_errors), not
+    left in the error word, where it hid every later error at a larger position."""
+    seg = torch.randn(4, 2, device=DEV)
+    bad_out = torch.empty(2, 6, device=DEV).t()  # (6, 2), not contiguous
+    with pytest.raises(RuntimeError, match="indptr" if DRY_RUN else "out must be contiguous"):
+        _ops.gather_csr_out(seg, torch.tensor([0, 1, 5, 2, 6], device=DEV), bad_out)
+    if not DRY_RUN:  # the CPU raised the indptr error in the call
+        with pytest.raises(RuntimeError, match=r"indptr\[3\] = 2 < indptr\[2\] = 5.*earlier call of gather_csr"):
+            so.check_errors()
+    so.check_errors()  # reported once
+    with pytest.raises(RuntimeError, match=r"indptr\[4\] = 1 < indptr\[3\] = 3"):
+        _ops.gather_csr(seg, torch.tensor([0, 1, 2, 3, 1], device=DEV), 6)
+        so.check_errors()
+
+
+def test_tag_wrap_publishes_no_stale_error():
+    """Issue #37 item 2: after a call that ended between its launches, 2^16 valid calls: the one whose tag equals
+    the ended call's must not take what that call left in the error word for its own (a read of indptr[3] of a
+    2-offset indptr, reported as an error of a valid call)."""
+    seg = torch.randn(4, 2, device=DEV)
+    bad_out = torch.empty(2, 6, device=DEV).t()
+    with pytest.raises(RuntimeError):
+        _ops.gather_csr_out(seg, torch.tensor([0, 1, 5, 2, 6], device=DEV), bad_out)
+    try:
+        so.check_errors()
+    except RuntimeError:
+        pass  # the error of the call that ended (its own report: the test above)
+    one, good = seg[:1], torch.tensor([0, 2], device=DEV)
+    for _ in range((1 << 16) + 16):  # each a call with the next tag (a few spare for calls outside this test)
+        _ops.gather_csr(one, good, 2)
+    so.check_errors()  # no error: every call was valid
+    R.assert_equal(_ops.gather_csr(one, good, 2).cpu(), one.cpu().expand(2, 2), "gather after the tags wrapped")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+def test_index_to_indptr_counts_an_unsorted_index(dtype):
+    """Issue #37 item 3: check_sorted=False with an unsorted index gives the CPU's counts (threads wrote
+    overlapping ranges of the offsets: [0, 4, 4, 4, 4, 4] or [0, 0, 0, 0, 4, 4] by thread order)."""
+    index = torch.tensor([[3, 0, 2, 0], [1, 1, 0, 2]], dtype=dtype)
+    got = _ops.index_to_indptr(index.to(DEV), 5, False).cpu()
+    assert got.tolist() == [[0, 2, 2, 3, 4, 4], [0, 1, 3, 4, 4, 4]]
+    R.assert_equal(got, _ops.index_to_indptr(index, 5, False), "unsorted index, CPU vs device")
+
+
+def test_index_to_indptr_all_zero_index_large_dim_size():
+    """Issue #37 item 3: the offsets after the last value (here all but the first) are written in parallel (one
+    thread wrote each gap: 10^6 writes by one thread)."""
+    size = 10_000 if DRY_RUN else 1_000_000
+    got = _ops.index_to_indptr(torch.zeros(500, dtype=torch.long, device=DEV), size, True).cpu()
+    assert got.shape == (size + 1,) and got[0] == 0 and bool((got[1:] == 500).all())
+
+
+@pytest.mark.parametrize("index,size,check_sorted,message", [
+    ([[0, 1, 2, 3], [-1, 0, 1, 2]], 4, True, r"index must be non-negative, got index\[\.\.\., 0\] = -1 \(row 1\)"),
+    ([0, 3, 1, 9], 4, True, r"index must be sorted \(non-decreasing\) along its last dim, got index\[\.\.\., 2\] = 1"),
+    ([0, 3, 1, 9], 4, False, r"index must be < dim_size = 4, got index\[\.\.\., 3\] = 9 \(row 0\)"),
+    ([0, 3, 1, -9], -1, True, r"index must be sorted .*index\[\.\.\., 2\] = 1 < index\[\.\.\., 1\] = 3"),
+    ([[0, 1], [2, -5]], -1, False, r"index must be non-negative, got index\[\.\.\., 1\] = -5 \(row 1\)"),
+])
+def test_index_to_indptr_errors_name_index_and_position(index, size, check_sorted, message):
+    """Issue #37 item 3: an invalid index is reported with the CPU's message, naming index and the position (it
+    surfaced as "segment_csr: indptr must start at a non-negative offset"); with size -1 in the call itself."""
+    index = torch.tensor(index, device=DEV)
+    with pytest.raises(RuntimeError, match=message):
+        _ops.index_to_indptr(index, size, check_sorted)
+        so.check_errors()
+    so.check_errors()
+
+
+def test_segment_coo_reports_an_invalid_index():
+    src = torch.randn(4, 2, device=DEV)
+    with pytest.raises((ValueError, RuntimeError), match=r"index must be non-negative, got index\[\.\.\., 0\] = -2"):
+        so.segment_coo(src, torch.tensor([-2, 0, 1, 1], device=DEV), dim_size=3)
+        so.check_errors()
+
+
+@pytest.mark.skipif(DRY_RUN, reason="dry run: the CPU raises in the call itself")
+def test_index_to_indptr_raises_a_pending_error():
+    """Issue #37 item 3: index_to_indptr checks pending errors itself, like every CUDA op."""
+    so.segment_sum_csr(torch.randn(6, 2, device=DEV), torch.tensor([0, 4, 2, 6], device=DEV))
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError, match=r"non-decreasing.*earlier call of segment_csr"):
+        _ops.index_to_indptr(torch.tensor([0, 1], device=DEV), 2, True)
+    so.check_errors()
+
+
+def _special_values_case(rows: int, feat: int, name: str):
+    """A rows-long segment holding huge values of both signs, then 8-row segments each given one kind of special
+    value at a few rows (none, +inf, -inf, NaN, +-1e30, +-1e-40, +inf and -inf, 1e30 with -inf), and an empty one.
+    Products: factors near one with +inf, -inf, NaN and 0 (huge and tiny factors over- or underflow in some orders
+    only)."""
+    g = torch.Generator().manual_seed(rows * 31 + feat)
+    lengths = [rows] + [8] * 250 + [0]
+    src = torch.randn(sum(lengths), feat, generator=g)
+    inf, nan = float("inf"), float("nan")
+    if name == "mul":
+        src = R.near_one(src)
+        kinds = [[], [inf], [-inf], [nan], [0.0], [inf, 0.0], [-inf, 2.0], [inf, -inf]]
+    else:
+        kinds = [[], [inf], [-inf], [nan], [1e30, -1e30], [1e-40, -1e-40], [inf, -inf], [1e30, -inf]]
+        src[torch.randint(rows, (6,), generator=g)] = torch.tensor([1e30, -1e30, 3e29, 1e30, -2e30, 1e-40]).unsqueeze(1)
+    for i in range(250):
+        start = rows + 8 * i
+        for j, v in enumerate(kinds[i % len(kinds)]):
+            src[start + (3 * j + i) % 8, (i + j) % feat] = v
+    return src, R.indptr_from_lengths(lengths)
+
+
+@pytest.mark.parametrize("plan,rows,feat", [("block", 3000, 1), ("merge", 3000, 16), ("short", 2000, 4)])
+@pytest.mark.parametrize("name", [n for n in REDUCES if n != "softmax"])
+def test_special_values_match_cpu(plan, rows, feat, name, force_plan):
+    """Issue #37 item 4: +inf, -inf, NaN, huge and tiny values in every reduction on every plan, against the CPU
+    kernels (the same rules for NaN and infinities; test_ops.py checks the CPU against the float64 reference):
+    non-finite results equal, finite ones within the rounding of another order of the same operations."""
+    src, indptr = _special_values_case(rows, feat, name)
+    cpu, gpu = _cpu_and_forced(name, src, indptr, plan, force_plan)
+    if cpu is None:
+        return
+    got, want = gpu.cpu().double(), cpu.double()
+    finite = torch.isfinite(want)
+    R.assert_equal(got[~finite], want[~finite], f"{name}, {plan}: the non-finite results")
+    counts = (indptr[1:] - indptr[:-1]).double().unsqueeze(-1)
+    eps = torch.finfo(torch.float32).eps
+    if name == "mul":
+        tol = 2 * eps * (counts + 1) * want.abs() + torch.finfo(torch.float32).tiny
+    elif name == "logsumexp":
+        tol = 8 * eps * (1 + want.abs() + counts.sqrt())
+    else:
+        scale = so.segment_sum_csr(torch.where(torch.isfinite(src), src, 0).double().abs(), indptr)
+        tol = 8 * eps * (scale / counts.clamp(min=1) if name == "mean" else scale)
+    diff = (got - want).abs()
+    assert bool((diff <= tol)[finite].all()), f"{name}, {plan}: max excess {(diff - tol)[finite].max():.3g}"

@@ -198,6 +198,23 @@ def test_ptxas_resources_per_kernel(built):
 
 
 @needs_nvcc
+def test_local_memory_that_issue_37_removed_stays_out(built):
+    """ptxas: ReduceShort keeps its segment ends in registers (indexed by constants only; `e[nseg]` gave all 80
+    instances a 72-104 byte stack frame, with no spill), and ReduceMain's 16-bit logsumexp at V = 8 holds its
+    rows in flight packed (it spilled 32 / 64 bytes with a 40-byte frame)."""
+    rows = ccb.resource_usage(built.log)
+    short = [r for r in rows if r.kernel.startswith("ReduceShort<")]
+    assert len(short) == 160, len(short)
+    framed = [(r.arch, r.kernel, r.stack) for r in short if r.stack and not (r.spill_stores or r.spill_loads)]
+    assert not framed, framed
+    lse16 = [r for r in rows if r.kernel.startswith("ReduceMain<") and "LogSumExpOp<float>" in r.kernel
+             and ("Half" in r.kernel or "BFloat16" in r.kernel) and r.kernel.endswith(", 8>")]
+    assert len(lse16) == 8, [r.kernel for r in lse16]
+    assert all(r.stack == 0 and r.spill_stores == 0 and r.spill_loads == 0 for r in lse16), \
+        [(r.arch, r.kernel, r.stack, r.spill_stores) for r in lse16]
+
+
+@needs_nvcc
 def test_partition_search_is_in_the_device_code(built):
     """The regression test of the dropped search: Partition's SASS (sm_90) holds the 8-ary search's loads (7
     probes a round plus indptr[0] and indptr[S]), not the 2 loads the kernel had when nvcc dropped the loop."""
@@ -214,6 +231,32 @@ def test_partition_search_is_in_the_device_code(built):
     ldg = [i for i, line in enumerate(body) if "LDG." in line]
     loop = ldg[-7:]
     assert not any("BRA" in body[i] for i in range(loop[0], loop[-1])), "a branch between the search's probes"
+
+
+def _load_runs(sass: str) -> list[int]:
+    """Lengths of the runs of global loads (LDG) with no branch between them, longest first."""
+    body = [line for line in sass.split("\n") if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    runs, cur = [], 0
+    for line in body:
+        if re.search(r"\bBRA\b", line):
+            runs.append(cur)
+            cur = 0
+        elif "LDG." in line:
+            cur += 1
+    return sorted(runs + [cur], reverse=True)
+
+
+@needs_nvcc
+def test_expand_searches_issue_their_probes_together(built):
+    """Issue #37 item 5: Expand finds its chunk's two merge-path coordinates with 8-ary searches, 7 probes of
+    indptr in flight per round (sm_90 SASS: two runs of 7 loads with no branch between them), where two binary
+    searches took one dependent load per round (at most 2 loads between branches)."""
+    cuobjdump = ccb.find_cuobjdump(NVCC)
+    assert cuobjdump is not None, "cuobjdump not found: run tools/bootstrap.sh"
+    funcs = ccb.cuobjdump_sass(cuobjdump, built.library, 90)
+    expand = [sass for name, sass in funcs.items() if "6ExpandINS0_8GatherFnIfEELi4E" in name]
+    assert len(expand) == 1, sorted(funcs)[:40]
+    assert _load_runs(expand[0])[:2] == [7, 7], _load_runs(expand[0])[:6]
 
 
 # cuobjdump 13.x output for a library built for 75-real;90a-real;120-virtual (format of the real tool)

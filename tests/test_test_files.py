@@ -100,6 +100,22 @@ def test_gpu_check_script_parses_and_documents_its_stages():
     assert {"memcheck", "racecheck", "synccheck", "initcheck"} <= set(re.search(r"SAN_TOOLS:-([a-z ]+)}", text).group(1).split())
 
 
+def test_gpu_check_lease_plan_dry_run(tmp_path):
+    """The lease plan of tools/gpu_check.sh run blind without a GPU (GPU_CHECK_DRY=1): a stage that runs past its
+    time limit is cut and said to be, memcheck is left out, the benchmark is not started with too little time
+    left, and the results file comes back under $OUT with the summary."""
+    env = dict(os.environ, GPU_CHECK_DRY="1", PYTHON=sys.executable, LOGS=str(tmp_path / "logs"),
+               OUT=str(tmp_path / "out"), TESTS_S="1", BENCH_MIN_S="100000")
+    cp = subprocess.run(["bash", os.path.join(REPO, "tools", "gpu_check.sh")], env=env, capture_output=True,
+                        text=True, timeout=300)
+    assert cp.returncode == 1, cp.stdout[-3000:] + cp.stderr[-3000:]  # a stage was cut short
+    md = (tmp_path / "out" / "gpu-check.md").read_text()
+    assert md.startswith("# GPU check (") and "no GPU (dry run)" in md, md[:2000]
+    assert "- tests: CUT SHORT after 1 s" in md and "- memcheck: not run (dry run" in md, md[:2000]
+    assert re.search(r"- bench: not run \(-?\d+ s left, less than 100000 s\)", md), md[:2000]
+    assert (tmp_path / "out" / "gpu_check.tar.gz").stat().st_size > 0
+
+
 def test_kernel_times_table_from_profiler_names():
     """benchmarks/cuda_kernel_times.py's parts that need no GPU: kernel names as torch.profiler reports them,
     and the table."""

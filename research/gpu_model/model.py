@@ -118,7 +118,8 @@ RESOURCES_AT_CALIBRATION = "benchmarks/results/gpu-model-resources-sm90.json"
 # and cuobjdump -sass of commit 6bf4532's segment_cuda.cu; registers as in the file committed with it)
 CALIBRATION_RESOURCES = os.path.join(HERE, "results", "gpu-model-resources-sm90-6bf4532.json")
 SOURCES = [*(f"src/csrc/cuda/{f}.cuh" for f in ("device_primitives", "indptr_errors", "chunk_grid", "reduce_kernels",
-                                                "short_kernels", "block_kernels", "expand_kernels", "drivers")),
+                                                "short_kernels", "block_kernels", "expand_kernels", "drivers",
+                                                "cuda_call")),
            "src/csrc/cuda_plans.h", "src/csrc/index_math.h", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
            "src/csrc/reducers.h", "src/csrc/reductions.h", "research/gpu_model/trace_kernels.cpp",
            "tests/cuda_emulation/block_emulation.h"]
@@ -133,9 +134,16 @@ CALIBRATION_COMMIT = "6bf4532"
 
 
 def source_hash(files=SOURCES, root: str = REPO) -> str:
+    """A hash of these files under root. One that root lacks counts as missing: the calibration commit's tree
+    (--calibrate, materialise) has its kernels in cuda/segment_kernels.cuh, from before src/csrc/cuda/ was split
+    into the files SOURCES names."""
     h = hashlib.sha256()
     for f in files:
-        with open(os.path.join(root, f), "rb") as fh:
+        path = os.path.join(root, f)
+        if not os.path.exists(path):
+            h.update(f"missing {f}".encode())
+            continue
+        with open(path, "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()[:16]
 
@@ -178,13 +186,15 @@ def torch_include() -> str:
 
 # ---- tracer ---------------------------------------------------------------------------------------------------
 
-def build_tracer(root: str = REPO, defines: tuple = ()) -> str:
+def build_tracer(root: str = REPO, defines: tuple = (), opt: str = "-O2") -> str:
     """The tracer of root's kernels (cached per source hash); defines: extra macros (test_model.py
-    builds the plain ReduceFlatBlock layout with SEGOPS_FLAT_PLAIN_LAYOUT to compare against)."""
-    exe = os.path.join(cache_dir(), "-".join(["trace_kernels", source_hash(root=root), *defines]))
+    builds the plain ReduceFlatBlock layout with SEGOPS_FLAT_PLAIN_LAYOUT to compare against); opt: the
+    optimisation (test_model.py builds the calibration commit's tracer at -O0, quicker to compile)."""
+    exe = os.path.join(cache_dir(), "-".join(["trace_kernels", source_hash(root=root), *defines,
+                                              *([opt] if opt != "-O2" else [])]))
     if not os.path.exists(exe):
         tmp = f"{exe}.{os.getpid()}.tmp"
-        cmd = ["g++", "-std=c++17", "-O2", "-DSEGOPS_TRACE_ACCESSES", *(f"-D{d}" for d in defines), "-isystem", torch_include(),
+        cmd = ["g++", "-std=c++17", opt, "-DSEGOPS_TRACE_ACCESSES", *(f"-D{d}" for d in defines), "-isystem", torch_include(),
                "-I", os.path.join(root, "src", "csrc"), "-I", os.path.join(root, "tests", "cuda_emulation"),
                os.path.join(root, "research", "gpu_model", "trace_kernels.cpp"),
                "-o", tmp]

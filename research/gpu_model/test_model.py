@@ -179,3 +179,27 @@ def test_saved_resources_are_those_of_the_kernels():
     assert saved["source_hash"] == gpu_model.source_hash(gpu_model.KERNEL_SOURCES), (
         "the kernels changed: run `python research/gpu_model/model.py --refresh-resources` and commit "
         + os.path.relpath(gpu_model.RESOURCES, gpu_model.REPO))
+
+
+def test_calibrate_traces_the_measured_kernels(tmp_path, monkeypatch):
+    """--calibrate: the kernels measured on the H100 (CALIBRATION_COMMIT, materialised from git) traced with this
+    tree's tracer, with their saved resources. It broke when src/csrc/cuda/ was split: the tree's source hash read
+    files the old tree lacks, and the tracer included cuda/drivers.cuh and softmax's state statistics."""
+    if shutil.which("g++") is None or shutil.which("git") is None:
+        pytest.skip("g++ or git not found")
+    have = subprocess.run(["git", "-C", gpu_model.REPO, "cat-file", "-e", f"{gpu_model.CALIBRATION_COMMIT}^{{commit}}"],
+                          capture_output=True)
+    if have.returncode != 0:
+        pytest.skip(f"commit {gpu_model.CALIBRATION_COMMIT} not in this clone (shallow?)")
+    monkeypatch.setenv("GPU_MODEL_CACHE", str(tmp_path))
+    root = gpu_model.materialise()
+    assert os.path.exists(os.path.join(root, "src", "csrc", "cuda", "segment_kernels.cuh"))
+    assert not os.path.exists(os.path.join(root, "src", "csrc", "cuda", "drivers.cuh"))
+    res = gpu_model.resources(root=root)
+    assert res and all(r["regs"] > 0 for r in res.values())
+    exe = gpu_model.build_tracer(root, opt="-O0")
+    for op in ("sum", "softmax"):
+        launches = run_trace(exe, tmp_path, op, "float32", 16, [8] * 256 + [2000])
+        assert launches and all(l["sampled"] > 0 for l in launches), op
+        t, parts = gpu_model.predict(launches, res, gpu_model.CALIBRATION)
+        assert t > 0 and len(parts) == len(launches)

@@ -38,16 +38,34 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+// The kernels of this tree, or those of the commit measured on the H100 (model.py --calibrate materialises it),
+// from before src/csrc/cuda/ was split.
+#if __has_include("cuda/drivers.cuh")
 #include "cuda/drivers.cuh"
+#else
+#include "cuda/segment_kernels.cuh"
+#endif
 #include "block_emulation.h"
 
 using namespace torch_segops;
 using namespace torch_segops::cuda;
+
+// Softmax's per-segment statistics: Fn::Stats states (max and sum), or, in the calibration commit's kernels,
+// the finalized logsumexp of each segment.
+template <class Fn, class = void> struct SoftmaxStats {
+  using Op = LogSumExpOp<typename Fn::A>;
+  using Stat = typename Fn::A;
+};
+template <class Fn> struct SoftmaxStats<Fn, std::void_t<typename Fn::Stats>> {
+  using Op = typename Fn::Stats;
+  using Stat = typename Fn::State;
+};
 using BF16 = torch::headeronly::BFloat16;
 
 // ---- the recorder ------------------------------------------------------------------------------------------
@@ -561,9 +579,10 @@ template <typename T> int run(const std::string& op, int64_t F, int64_t N, std::
   T* x = alloc<T>(N * F);
   if (op == "softmax") {
     using Fn = SoftmaxFn<T>;
-    typename Fn::State* stats = alloc<typename Fn::State>(S * F);
+    using Stats = SoftmaxStats<Fn>;
+    typename Stats::Stat* stats = alloc<typename Stats::Stat>(S * F);
     T* out = alloc<T>(N * F);
-    run_reduce<typename Fn::Stats>(ex, g, SrcLoad<T>{x}, stats, nullptr, ec, true);
+    run_reduce<typename Stats::Op>(ex, g, SrcLoad<T>{x}, stats, nullptr, ec, true);
     run_expand<SrcLoad<T>::kVec>(ex, g, N, Fn{x, stats}, out, Publish{}, true);
     std::free(stats);
     std::free(out);

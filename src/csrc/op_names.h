@@ -1,5 +1,5 @@
-// The ops as the backends and their error messages name them, and the message for an invalid indptr
-// (plain values: no torch, no CUDA, so the CUDA kernels' host emulation checks them too).
+// The ops as the backends and their error messages name them, and the messages for an invalid indptr and
+// an invalid COO index (plain values: no torch, no CUDA, so the CUDA kernels' host emulation checks them too).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,13 @@
 
 namespace torch_segops {
 
-enum OpId : int32_t { kOpSegmentCsr = 0, kOpGatherCsr = 1, kOpSoftmax = 2, kOpSoftmaxBackward = 3 };
+enum OpId : int32_t {
+  kOpSegmentCsr = 0,
+  kOpGatherCsr = 1,
+  kOpSoftmax = 2,
+  kOpSoftmaxBackward = 3,
+  kOpIndexToIndptr = 4,
+};
 
 struct OpNames {
   const char* name;        // the public function, as error messages name it
@@ -20,8 +26,11 @@ constexpr OpNames kOpNames[] = {
     {"gather_csr", "size"},
     {"segment_softmax_csr", "src.size(dim)"},
     {"segment_softmax_csr (backward)", "out.size(dim)"},
+    {"index_to_indptr", "dim_size"},
 };
-inline const OpNames& op_names(int32_t op) { return kOpNames[op >= 0 && op < 4 ? op : 0]; }
+inline const OpNames& op_names(int32_t op) {
+  return kOpNames[op >= 0 && op < static_cast<int32_t>(sizeof(kOpNames) / sizeof(kOpNames[0])) ? op : 0];
+}
 
 // The message for the invalid offset at flat position pos of a [rows, len] indptr (value: indptr[pos],
 // prev: indptr[pos - 1], limit: the bound of the last offset, named limit_what), as every backend reports it.
@@ -45,6 +54,29 @@ inline std::string indptr_error_message(const char* op, const char* limit_what, 
 inline std::string indptr_error_message(int32_t op, int64_t pos, int64_t len, int64_t rows, int64_t value,
                                         int64_t prev, int64_t limit) {
   return indptr_error_message(op_names(op).name, op_names(op).limit_what, pos, len, rows, value, prev, limit);
+}
+
+// The problems of a COO index, in the order the CPU reports them (the first decrease when the index must be
+// sorted, else the first negative value, else the first value >= dim_size).
+enum IndexProblem : int32_t { kIndexUnsorted = 0, kIndexNegative = 1, kIndexTooLarge = 2 };
+
+// The message for the problem `what` at flat position pos of a [rows, n] index (value: index[pos], prev:
+// index[pos - 1]), without the "torch_segops: " prefix.
+inline std::string index_error_message(int32_t what, int64_t pos, int64_t n, int64_t value, int64_t prev,
+                                       int64_t size) {
+  const int64_t row = pos / n, c = pos % n;
+  std::ostringstream os;
+  if (what == kIndexUnsorted) {
+    os << "index must be sorted (non-decreasing) along its last dim, got index[..., " << c << "] = " << value
+       << " < index[..., " << c - 1 << "] = " << prev << " (in row " << row
+       << " of the flattened leading dims); use scatter() for an unsorted index";
+  } else if (what == kIndexNegative) {
+    os << "index must be non-negative, got index[..., " << c << "] = " << value << " (row " << row << ")";
+  } else {
+    os << "index must be < dim_size = " << size << ", got index[..., " << c << "] = " << value << " (row " << row
+       << ")";
+  }
+  return os.str();
 }
 
 }  // namespace torch_segops

@@ -11,7 +11,9 @@
 //
 // Used by emulate_kernels.cpp (under AddressSanitizer/UBSan) and research/gpu_model/trace_kernels.cpp (the memory model).
 // Fibers switch with a few lines of x86-64 assembly (callee-saved registers and the stack pointer), or
-// ucontext elsewhere.
+// ucontext elsewhere. Under AddressSanitizer every switch is announced (__sanitizer_start_switch_fiber /
+// __sanitizer_finish_switch_fiber): ASan then knows which stack is live, and reports no false
+// stack-buffer-overflow when an optimised build's frames land on a fiber's stack.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +27,18 @@
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SEGOPS_EMU_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(SEGOPS_EMU_ASAN)
+#define SEGOPS_EMU_ASAN 1
+#endif
+#ifdef SEGOPS_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
 #endif
 
 namespace segops_emu {
@@ -66,6 +80,7 @@ struct Fiber {
   State state = kReady;
   int shuffles = 0;  // shuffles done (double-buffered exchange slots)
   char* stack = nullptr;
+  void* fake_stack = nullptr;  // AddressSanitizer's fake stack of the fiber while it is switched out
 #if defined(__x86_64__)
   void* sp = nullptr;
 #else
@@ -135,6 +150,10 @@ class BlockRunner {
   std::vector<char> xbuf_;
   std::vector<int> xsize_;
   int current_ = -1;
+  // AddressSanitizer: the fake stack of the runner's own stack while a fiber runs, and that stack's bounds
+  void* main_fake_stack_ = nullptr;
+  const void* main_bottom_ = nullptr;
+  size_t main_size_ = 0;
 #if defined(__x86_64__)
   void* main_sp_ = nullptr;
 #else
@@ -162,8 +181,26 @@ class BlockRunner {
     return r;
   }
 
+  // Announce a switch to the stack [bottom, bottom + size) (save: where the leaving stack's fake stack goes,
+  // nullptr for a fiber that has finished), and its completion on the stack switched to.
+  static void switching(void** save, const void* bottom, size_t size) {
+#ifdef SEGOPS_EMU_ASAN
+    __sanitizer_start_switch_fiber(save, bottom, size);
+#else
+    (void)save, (void)bottom, (void)size;
+#endif
+  }
+  static void switched(void* fake_stack, const void** bottom_old, size_t* size_old) {
+#ifdef SEGOPS_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake_stack, bottom_old, size_old);
+#else
+    (void)fake_stack, (void)bottom_old, (void)size_old;
+#endif
+  }
+
   static void entry() {
     BlockRunner* r = active();
+    switched(nullptr, &r->main_bottom_, &r->main_size_);
     const int t = r->current_;
     (*r->body_)(t);
     r->fibers_[t].state = Fiber::kDone;
@@ -176,6 +213,7 @@ class BlockRunner {
     f.t = t;
     f.state = Fiber::kReady;
     f.shuffles = 0;
+    f.fake_stack = nullptr;
     if (f.stack == nullptr) {  // stacks are kept for the next runner (allocating them costs more than the work)
       if (!pool().empty()) {
         f.stack = pool().back();
@@ -205,21 +243,25 @@ class BlockRunner {
     if (on_resume) on_resume(f.t);
     current_ = f.t;
     active() = this;
+    switching(&main_fake_stack_, f.stack, kStack);
 #if defined(__x86_64__)
     segops_emu_switch(&main_sp_, f.sp);
 #else
     swapcontext(&main_ctx_, &f.ctx);
 #endif
+    switched(main_fake_stack_, nullptr, nullptr);
     current_ = -1;
   }
 
   void to_main(int t) {
     Fiber& f = fibers_[t];
+    switching(f.state == Fiber::kDone ? nullptr : &f.fake_stack, main_bottom_, main_size_);
 #if defined(__x86_64__)
     segops_emu_switch(&f.sp, main_sp_);
 #else
     swapcontext(&f.ctx, &main_ctx_);
 #endif
+    switched(f.fake_stack, &main_bottom_, &main_size_);
   }
 
   void wait(int t, Fiber::State s) {

@@ -33,8 +33,10 @@
 // checks that no kernel reads workspace bytes that were never written (what compute-sanitizer's initcheck
 // checks on a GPU).
 #define SEGOPS_TRACE_ACCESSES 1
-#include "cuda/error_messages.h"
+#include "cuda/coo_kernels.cuh"
 #include "cuda/drivers.cuh"
+#include "cuda/error_messages.h"
+#include "reductions.h"
 #include "block_emulation.h"
 
 using namespace torch_segops;
@@ -116,11 +118,17 @@ void segops_trace_access(const void* p, int bytes, int kind, int site) {
   }
 }
 
+struct ExecFailure {};  // what HostExec throws where a test makes an op call end between its launches
+
 struct HostExec {
   int order = 0;  // 0 forward, 1 reverse, 2 shuffled (fixed seed)
   std::vector<void*> mem;
   int64_t launches = 0;
+  bool fail_workspace = false;  // workspace() throws
+  int64_t fail_launch = -1;     // launch number fail_launch (counting from 0) throws
+  void zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
   void* workspace(size_t bytes) {
+    if (fail_workspace) throw ExecFailure{};
     void* m = nullptr;
     if (posix_memalign(&m, 256, bytes == 0 ? 1 : bytes) != 0) std::abort();
     std::memset(m, 0xA5, bytes);  // garbage: any use of an unwritten partial state shows up
@@ -130,7 +138,7 @@ struct HostExec {
     return m;
   }
   template <class K> void launch(const K& k, int64_t n) {
-    ++launches;
+    if (launches++ == fail_launch) throw ExecFailure{};
     if (n <= 0) return;
     if (order == 0) {
       for (int64_t t = 0; t < n; ++t) k(t);
@@ -146,7 +154,7 @@ struct HostExec {
   }
   // block kernels: blocks in forward (order 0, 2) or reverse order, threads of a block as fibers in `order`
   template <class K> void launch_blocks(const K& k, int64_t blocks) {
-    ++launches;
+    if (launches++ == fail_launch) throw ExecFailure{};
     segops_emu::BlockRunner runner;
     runner.order = order;
     segops_emu::run_blocks(runner, k, blocks, 0xA5);
@@ -316,16 +324,46 @@ template <typename T> double tol_for() {
   return 1e-2;  // half / bfloat16 outputs
 }
 
-// integer-valued data: sums are exact in every accumulation order
-template <typename T> Buf<T> make_data(std::mt19937_64& rng, size_t n, bool misalign, bool with_nan) {
+// The special values every reduction is drawn with (item 4 of issue #37): +inf, -inf, NaN, and huge and tiny
+// finite values of either sign. Huge: no sum of a test segment (at most a few thousand rows) overflows the
+// accumulation type (half: its 4096s can overflow the output, as on the CPU); tiny: subnormal in T. Integers:
+// huge only (no sum of them overflows int64: no undefined behaviour to hide).
+template <typename T> struct Specials {
+  static constexpr bool kFloat = std::is_floating_point_v<acc_t<T>>;
+  static double huge() {
+    if constexpr (std::is_same_v<T, double>) return std::ldexp(1.0, 1000);
+    if constexpr (std::is_same_v<T, Half>) return 4096.0;
+    if constexpr (std::is_same_v<T, int32_t>) return std::ldexp(1.0, 20);
+    if constexpr (std::is_same_v<T, int64_t>) return std::ldexp(1.0, 40);
+    return std::ldexp(1.0, 100);  // float, bfloat16
+  }
+  static double tiny() {
+    if constexpr (std::is_same_v<T, double>) return std::ldexp(1.0, -1060);
+    if constexpr (std::is_same_v<T, Half>) return std::ldexp(1.0, -20);
+    if constexpr (std::is_same_v<T, BF16>) return std::ldexp(1.0, -130);
+    return std::ldexp(1.0, -140);  // float
+  }
+  // Factors of the product: 2^k, 2^-k with no product of a few of them leaving the accumulation type.
+  static double huge_factor() {
+    if constexpr (std::is_same_v<T, double>) return std::ldexp(1.0, 300);
+    if constexpr (std::is_same_v<T, Half>) return 64.0;
+    return std::ldexp(1.0, 40);
+  }
+};
+
+// Integer values in [-8, 8] (sums exact in any order); with specials, about one value in 16 is one of the
+// special values of T instead.
+template <typename T> Buf<T> make_data(std::mt19937_64& rng, size_t n, bool misalign, bool specials) {
   Buf<T> b(n, misalign);
-  std::uniform_int_distribution<int> v(-8, 8);
-  std::uniform_int_distribution<int> nan_pick(0, 97);
+  std::uniform_int_distribution<int> v(-8, 8), pick(0, 15 * 8 + 7);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double kinds[] = {inf, -inf, std::numeric_limits<double>::quiet_NaN(), Specials<T>::huge(),
+                          -Specials<T>::huge(), Specials<T>::kFloat ? Specials<T>::tiny() : 3.0,
+                          Specials<T>::kFloat ? -Specials<T>::tiny() : -3.0, Specials<T>::huge()};
   for (size_t i = 0; i < n; ++i) {
     double x = v(rng);
-    if constexpr (std::is_floating_point_v<acc_t<T>>) {
-      if (with_nan && nan_pick(rng) == 0) x = std::numeric_limits<double>::quiet_NaN();
-    }
+    const int k = pick(rng);
+    if (specials && k < 8 && (Specials<T>::kFloat || k >= 3)) x = kinds[k];
     b[i] = static_cast<T>(static_cast<acc_t<T>>(x));
   }
   return b;
@@ -333,16 +371,172 @@ template <typename T> Buf<T> make_data(std::mt19937_64& rng, size_t n, bool misa
 
 // Factors for products: -1, 1, 0, 2 and 0.5 (integers: 0), so that a product is exact in any order (its
 // exponent a random walk far from the float range's ends), also with zeros (signed: the sign of a product
-// does not depend on the order either).
-template <typename T> Buf<T> make_factors(std::mt19937_64& rng, size_t n, bool misalign) {
+// does not depend on the order either); with specials, also +inf, -inf, NaN and 2^k, 2^-k (Specials).
+template <typename T> Buf<T> make_factors(std::mt19937_64& rng, size_t n, bool misalign, bool specials) {
   Buf<T> b(n, misalign);
-  constexpr double kPick[] = {-1, 1, 1, -1, 1, 0, 2, 0.5};
-  std::uniform_int_distribution<int> v(0, 7);
-  for (size_t i = 0; i < n; ++i) b[i] = static_cast<T>(static_cast<acc_t<T>>(kPick[v(rng)]));
+  const double inf = std::numeric_limits<double>::infinity(), h = Specials<T>::huge_factor();
+  const double kPick[] = {-1, 1, 1, -1, 1, 0, 2, 0.5, inf, -inf, std::numeric_limits<double>::quiet_NaN(), h, 1 / h,
+                          -h};
+  std::uniform_int_distribution<int> v(0, 7), rare(0, 63), special(8, 13);
+  for (size_t i = 0; i < n; ++i) {
+    int k = v(rng);
+    if (specials && rare(rng) == 0) k = special(rng);
+    if (!Specials<T>::kFloat && k >= 8 && k <= 10) k = 1;
+    b[i] = static_cast<T>(static_cast<acc_t<T>>(kPick[k]));
+  }
   return b;
 }
 template <class Op> constexpr bool kIsProduct = false;
 template <typename A> constexpr bool kIsProduct<ProdOp<A>> = true;
+
+// ---- the reference of each reduction, with the CPU kernels' rules for NaN and infinities ---------------------
+// Reference<Op>::check(xs, rows, count, N, got, arg, why): xs the segment's values (in long double, in row
+// order; rows their positions), got / arg the kernel's result; false with the reason when they disagree. One
+// rule per reducer of the registry (reductions.h): a reduction without one does not compile here.
+
+template <typename T> long double max_finite() { return static_cast<long double>(std::numeric_limits<acc_t<T>>::max()); }
+template <> long double max_finite<Half>() { return 65504.0L; }
+template <> long double max_finite<BF16>() { return static_cast<long double>(std::ldexp(255.0 / 128, 127)); }
+template <typename T> double eps_of() {
+  if constexpr (std::is_same_v<T, Half>) return std::ldexp(1.0, -10);
+  if constexpr (std::is_same_v<T, BF16>) return std::ldexp(1.0, -7);
+  if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::epsilon();
+  return 0.0;
+}
+
+// got against the exact value r (long double): equal after rounding to T when exact, else within tol of it
+// (NaN and infinities must match; a value at the edge of T's range may round to its largest or to inf).
+template <typename T> bool matches(T got, long double r, bool exact, long double tol) {
+  using A = acc_t<T>;
+  const T want = static_cast<T>(static_cast<A>(r));
+  if (std::isnan(r)) return std::isnan(as_double(got));
+  if (exact) return same_value(got, want);
+  const long double g = as_double(got);
+  if (std::isinf(g) || std::isinf(as_double(want))) {
+    if (g == as_double(want)) return true;
+    return !std::isnan(g) && std::signbit(g) == std::signbit(r) && std::fabs(r) >= max_finite<T>() * (1 - 4 * eps_of<T>());
+  }
+  return std::fabs(g - r) <= tol;
+}
+
+template <class Op> struct Reference;  // a reduction of the registry with no rule here: add one
+
+template <typename A> struct Reference<SumOp<A>> {
+  template <typename T> static bool check(const std::vector<long double>& xs, const std::vector<int64_t>&, int64_t count,
+                                          int64_t, T got, int64_t, std::string& why, bool mean = false) {
+    long double s = 0, mag = 0;
+    bool exact = true;
+    for (long double x : xs) {
+      s += x;
+      if (std::isfinite(x)) mag += std::fabs(x);
+      exact &= !std::isfinite(x) || (x == std::floor(x) && std::fabs(x) <= 8);
+    }
+    if (!std::is_floating_point_v<A>) exact = true;  // integer sums: exact
+    long double r = count > 0 && mean ? s / count : s;
+    if (mean && exact && std::isfinite(s) && count > 0) r = static_cast<A>(static_cast<A>(s) / static_cast<A>(count));
+    const long double tol = (count + 2) * eps_of<A>() * mag / (mean && count > 0 ? count : 1) +
+                            2 * eps_of<T>() * std::fabs(r) + static_cast<long double>(Specials<T>::tiny()) * 4;
+    const bool ok = matches(got, r, exact, tol);
+    if (!ok) why = "expected " + std::to_string(static_cast<double>(r)) + (exact ? " exactly" : " within tolerance");
+    return ok;
+  }
+};
+
+template <typename A> struct Reference<MeanOp<A>> {
+  template <typename T> static bool check(const std::vector<long double>& xs, const std::vector<int64_t>& rows,
+                                          int64_t count, int64_t N, T got, int64_t arg, std::string& why) {
+    return Reference<SumOp<A>>::check(xs, rows, count, N, got, arg, why, true);
+  }
+};
+
+// The exact product; checked where every order's partial products stay inside A's range (the exponents of
+// the factors' powers of two summed over the positive and over the negative ones), else only a NaN.
+template <typename A> struct Reference<ProdOp<A>> {
+  template <typename T> static bool check(const std::vector<long double>& xs, const std::vector<int64_t>&, int64_t,
+                                          int64_t, T got, int64_t, std::string& why) {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      U p = 1;
+      for (long double x : xs) p = static_cast<U>(p * static_cast<U>(static_cast<A>(x)));
+      const bool ok = same_value(got, static_cast<T>(static_cast<A>(p)));
+      if (!ok) why = "integer product (wrapping)";
+      return ok;
+    } else {
+      long double p = 1;
+      int up = 0, down = 0;
+      bool zero = false, inf = false, nan = false;
+      for (long double x : xs) {
+        p *= x;
+        nan |= std::isnan(x);
+        zero |= x == 0;
+        inf |= std::isinf(x);
+        if (std::isfinite(x) && x != 0) {
+          const int e = std::ilogb(x);
+          (e > 0 ? up : down) += e;
+        }
+      }
+      if (nan || (zero && inf)) {
+        if (!std::isnan(as_double(got))) why = "expected NaN";
+        return std::isnan(as_double(got));
+      }
+      const bool in_range = up < std::numeric_limits<A>::max_exponent - 1 &&
+                            down > std::numeric_limits<A>::min_exponent - std::numeric_limits<A>::digits;
+      if (!in_range) return true;  // over- or underflows in some orders
+      const bool ok = matches(got, p, true, 0);
+      if (!ok) why = "expected " + std::to_string(static_cast<double>(p));
+      return ok;
+    }
+  }
+};
+
+// The first NaN (with its position) if there is one, else the smallest (largest) value at its first position.
+template <typename A, bool kIsMax> struct Reference<ArgExtremumOp<A, kIsMax>> {
+  template <typename T> static bool check(const std::vector<long double>& xs, const std::vector<int64_t>& rows,
+                                          int64_t count, int64_t N, T got, int64_t arg, std::string& why) {
+    if (count == 0) {
+      const bool ok = same_value(got, T(0)) && arg == N;
+      if (!ok) why = "empty segment: 0 and arg N";
+      return ok;
+    }
+    size_t best = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (std::isnan(xs[best])) break;
+      if (std::isnan(xs[i]) || (kIsMax ? xs[i] > xs[best] : xs[i] < xs[best])) best = i;
+    }
+    const bool ok = matches(got, xs[best], true, 0) && arg == rows[best];
+    if (!ok) why = "expected " + std::to_string(static_cast<double>(xs[best])) + " at " + std::to_string(rows[best]);
+    return ok;
+  }
+};
+
+// NaN if a value is NaN, +inf if one is +inf, -inf if all are -inf, 0 for an empty segment; else
+// m + log(sum(exp(x - m))) in long double.
+template <typename A> struct Reference<LogSumExpOp<A>> {
+  template <typename T> static bool check(const std::vector<long double>& xs, const std::vector<int64_t>&, int64_t count,
+                                          int64_t, T got, int64_t, std::string& why) {
+    long double m = -std::numeric_limits<long double>::infinity(), r = 0;
+    bool nan = false;
+    for (long double x : xs) {
+      nan |= std::isnan(x);
+      if (!std::isnan(x)) m = std::max(m, x);
+    }
+    if (count == 0) {
+      r = 0;
+    } else if (nan) {
+      r = std::numeric_limits<long double>::quiet_NaN();
+    } else if (std::isinf(m)) {
+      r = m;
+    } else {
+      long double s = 0;
+      for (long double x : xs) s += std::exp(x - m);
+      r = m + std::log(s);
+    }
+    const long double tol = tol_for<T>() * std::max<long double>(1, std::fabs(r));
+    const bool ok = std::isinf(r) ? as_double(got) == r : matches(got, r, false, tol);
+    if (!ok) why = "expected " + std::to_string(static_cast<double>(r));
+    return ok;
+  }
+};
 
 template <typename X> bool bitwise_equal(const Buf<X>& a, const Buf<X>& b, size_t n) {
   return n == 0 || std::memcmp(a.p, b.p, n * sizeof(X)) == 0;
@@ -382,35 +576,14 @@ void check_error_report(const Problem& pb, const HostErrors& he, int64_t limit, 
 
 // ---- reductions ----------------------------------------------------------------------------------------
 
-template <class Op, typename T>
-void reference_reduce(const Problem& pb, const T* x, std::vector<T>& out, std::vector<int64_t>& arg) {
-  using A = acc_t<T>;
-  const int64_t B = pb.B(), S = pb.S, F = pb.F, N = pb.N;
-  out.assign(static_cast<size_t>(B * S * F), T(0));
-  arg.assign(static_cast<size_t>(B * S * F), 0);
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t* p = pb.indptr.data() + pb.row_offset(b);
-    for (int64_t s = 0; s < S; ++s) {
-      for (int64_t f = 0; f < F; ++f) {
-        typename Op::State st = Op::identity();
-        for (int64_t r = p[s]; r < p[s + 1]; ++r) Op::step(st, static_cast<A>(x[(b * N + r) * F + f]), r);
-        const int64_t o = (b * S + s) * F + f;
-        out[o] = static_cast<T>(Op::finalize(st, p[s + 1] - p[s]));
-        if constexpr (Op::kHasArg) arg[o] = p[s + 1] > p[s] ? st.arg : N;
-      }
-    }
-  }
-}
-
 // misalign: 0 every buffer 16-byte aligned, 1 inputs and outputs one element off, 2 the outputs only (a user's
 // out= at a storage offset: the kernels must not take the vector path for them, UBSan checks the stores).
 template <class Op, typename T>
-void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool exact, bool invalid) {
-  using A = acc_t<T>;
+void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   std::mt19937_64 rng(pb.N * 31 + pb.S * 7 + pb.F);
   const int64_t B = pb.B(), n_out = B * pb.S * pb.F;
   const size_t n_in = static_cast<size_t>(B * pb.N * pb.F);
-  Buf<T> x = kIsProduct<Op> ? make_factors<T>(rng, n_in, misalign == 1) : make_data<T>(rng, n_in, misalign == 1, Op::kHasArg);
+  Buf<T> x = kIsProduct<Op> ? make_factors<T>(rng, n_in, misalign == 1, true) : make_data<T>(rng, n_in, misalign == 1, true);
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);
@@ -428,18 +601,21 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool e
                    in_aligned, tune);
     check_error_report(pb, he, pb.N, "reduce");
     if (order == 0) {
-      if (!invalid) {
-        std::vector<T> ref;
-        std::vector<int64_t> ref_arg;
-        reference_reduce<Op>(pb, x.p, ref, ref_arg);
-        for (int64_t i = 0; i < n_out; ++i) {
-          const bool ok = exact ? same_value(out[i], ref[i]) : close_value(out[i], ref[i], tol_for<T>());
-          EXPECT(ok, "out[%lld] = %g, reference %g", (long long)i, as_double(out[i]), as_double(ref[i]));
-          if (!ok) break;
-          if constexpr (Op::kHasArg) {
-            EXPECT(arg[i] == ref_arg[i], "arg[%lld] = %lld, reference %lld", (long long)i, (long long)arg[i],
-                   (long long)ref_arg[i]);
-            if (arg[i] != ref_arg[i]) break;
+      for (int64_t b = 0; b < B && !invalid; ++b) {
+        const int64_t* p = pb.indptr.data() + pb.row_offset(b);
+        for (int64_t s = 0, bad = 0; s < pb.S && !bad; ++s) {
+          for (int64_t f = 0; f < pb.F && !bad; ++f) {
+            std::vector<long double> xs;
+            std::vector<int64_t> rows;
+            for (int64_t r = p[s]; r < p[s + 1]; ++r) {
+              xs.push_back(as_double(x[(b * pb.N + r) * pb.F + f]));
+              rows.push_back(r);
+            }
+            const int64_t o = (b * pb.S + s) * pb.F + f;
+            std::string why;
+            bad = !Reference<Op>::check(xs, rows, p[s + 1] - p[s], pb.N, out[o], Op::kHasArg ? arg[o] : 0, why);
+            EXPECT(!bad, "out[%lld] = %g (arg %lld): %s", (long long)o, as_double(out[o]),
+                   (long long)(Op::kHasArg ? arg[o] : 0), why.c_str());
           }
         }
       }
@@ -449,21 +625,19 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool e
       EXPECT(bitwise_equal(out, first, n_out), "thread order %d changed the result", order);
       if constexpr (Op::kHasArg) EXPECT(bitwise_equal(arg, first_arg, n_out), "thread order %d changed arg", order);
     }
-    (void)sizeof(A);
   }
 }
 
+// Every reduction of the registry (reductions.h) that takes T.
 template <typename T>
 void run_reduce_all(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   using A = acc_t<T>;
-  run_reduce_case<SumOp<A>, T>(pb, tune, misalign, true, invalid);
-  run_reduce_case<ArgExtremumOp<A, false>, T>(pb, tune, misalign, true, invalid);
-  run_reduce_case<ArgExtremumOp<A, true>, T>(pb, tune, misalign, true, invalid);
-  run_reduce_case<ProdOp<A>, T>(pb, tune, misalign, true, invalid);
-  if constexpr (std::is_floating_point_v<A>) {
-    run_reduce_case<MeanOp<A>, T>(pb, tune, misalign, true, invalid);
-    run_reduce_case<LogSumExpOp<A>, T>(pb, tune, misalign, false, invalid);
-  }
+  for_each_reduce([&](auto r) {
+    using Row = Reduction<decltype(r)::value>;
+    if constexpr (Row::kIntegers || std::is_floating_point_v<A>) {
+      run_reduce_case<typename Row::template reducer<A>, T>(pb, tune, misalign, invalid);
+    }
+  });
 }
 
 // ---- expansions ----------------------------------------------------------------------------------------
@@ -476,7 +650,7 @@ void run_gather_case(const Problem& pb, const Tuning& tune, int misalign, bool i
   int64_t max_last = 0;
   for (int64_t r = 0; r < pb.rows(); ++r) max_last = std::max(max_last, pb.indptr[r * (S + 1) + S]);
   if (invalid) max_last = 6;
-  Buf<T> src = make_data<T>(rng, static_cast<size_t>(B * S * F), misalign == 1, false);
+  Buf<T> src = make_data<T>(rng, static_cast<size_t>(B * S * F), misalign == 1, true);
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);  // N is unused by gather's kernels
@@ -549,8 +723,8 @@ void run_softmax_case(const Problem& pb, const Tuning& tune, int misalign, bool 
   const int64_t B = pb.B(), N = pb.N, S = pb.S, F = pb.F, n = B * N * F;
   Buf<T> y = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, false);
   Buf<T> gr = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, false);
-  Buf<T> x(static_cast<size_t>(n), misalign == 1);
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<A>(as_double(y[i]) + offset));
+  Buf<T> x = make_data<T>(rng, static_cast<size_t>(n), misalign == 1, true);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<A>(as_double(x[i]) + offset));
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
   const Geometry g = pb.geometry(ip.p);
@@ -586,15 +760,23 @@ void run_softmax_case(const Problem& pb, const Tuning& tune, int misalign, bool 
             const int64_t e = (b * N + r) * F + f;
             T want_sm = T(0), want_bw = T(0);
             if (s >= 0) {  // softmax of the stored x in double, two passes; the backward in A
+              // a NaN or +inf in the segment, or only -inf: NaN everywhere (as torch.softmax)
               double m = -std::numeric_limits<double>::infinity(), sum = 0;
+              bool nan = false;
               A d = 0;
-              for (int64_t k = p[s]; k < p[s + 1]; ++k) m = std::max(m, as_double(x[(b * N + k) * F + f]));
+              for (int64_t k = p[s]; k < p[s + 1]; ++k) {
+                const double xk = as_double(x[(b * N + k) * F + f]);
+                nan |= std::isnan(xk);
+                m = std::max(m, xk);
+              }
               for (int64_t k = p[s]; k < p[s + 1]; ++k) {
                 const int64_t ek = (b * N + k) * F + f;
                 sum += std::exp(as_double(x[ek]) - m);
                 d += static_cast<A>(gr[ek]) * static_cast<A>(y[ek]);
               }
-              want_sm = static_cast<T>(static_cast<A>(std::exp(as_double(x[e]) - m) / sum));
+              const double sm = nan || std::isinf(m) ? std::numeric_limits<double>::quiet_NaN()
+                                                     : std::exp(as_double(x[e]) - m) / sum;
+              want_sm = static_cast<T>(static_cast<A>(sm));
               want_bw = static_cast<T>(static_cast<A>(y[e]) * (static_cast<A>(gr[e]) - d));
             }
             EXPECT(close_value(out[e], want_sm, tol_for<T>()), "softmax (offset %g) e%lld: %g vs %g", offset,
@@ -783,12 +965,15 @@ int run_bad_block(int kind) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  if (argc > 2 && std::strcmp(argv[1], "--bad-block") == 0) return run_bad_block(std::atoi(argv[2]));
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  std::mt19937_64 rng(2024);
-  Tuning dflt;
-  Tuning tiny;  // tiny chunks and groups: many crossing segments, 3+ carry levels on small inputs
+// The tunings the kernels are checked under: the default, and small chunks and groups that force every plan,
+// deep carry levels and the long-segment pieces on small inputs.
+struct Tunings {
+  Tuning dflt, tiny, tiny_short, mid, tiny_merge_only, tiny_short_only;
+};
+
+Tunings make_tunings() {
+  Tunings ts;
+  Tuning& tiny = ts.tiny;  // tiny chunks and groups: many crossing segments, 3+ carry levels on small inputs
   tiny.reduce_w_min = tiny.reduce_w_max = 3;
   tiny.flat_items = 1;  // F == 1: 256-item chunks
   tiny.level_k = 2;
@@ -797,11 +982,11 @@ int main(int argc, char** argv) {
   tiny.max_lanes = 3;
   tiny.validate_per_thread = 3;
   tiny.short_avg_max = 0;  // the merge-path kernels with tiny chunks, whatever the segment lengths
-  Tuning tiny_short = tiny;  // the short-segment kernel on every F > 1 input, with tiny groups
+  Tuning& tiny_short = ts.tiny_short = tiny;  // the short-segment kernel on every F > 1 input, with tiny groups
   tiny_short.short_avg_max = int64_t(1) << 40;
   tiny_short.short_rows = 3;
   tiny_short.short_long_rows = 5;  // segments of more than 5 rows: in pieces of 5 rows (ReduceShortPieces)
-  Tuning mid;
+  Tuning& mid = ts.mid;
   mid.reduce_w_min = mid.reduce_w_max = 8;
   mid.flat_items = 3;
   mid.level_k = 3;
@@ -810,9 +995,406 @@ int main(int argc, char** argv) {
   mid.target_threads = 64;
   mid.reduce_threads = 64;
   // One-feature inputs on the plans that TORCH_SEGOPS_CUDA_PLANS can force instead of the block kernel.
-  Tuning tiny_merge_only = tiny, tiny_short_only = tiny_short;
-  tiny_merge_only.plans = plan_bit(kPlanMerge);
-  tiny_short_only.plans = plan_bit(kPlanShort);
+  ts.tiny_merge_only = tiny;
+  ts.tiny_short_only = tiny_short;
+  ts.tiny_merge_only.plans = plan_bit(kPlanMerge);
+  ts.tiny_short_only.plans = plan_bit(kPlanShort);
+  return ts;
+}
+
+// ---- the host glue's error protocol -------------------------------------------------------------------------
+// An op call on the GPU (CudaBackend, segment_cuda.cu; index_to_indptr, coo_kernels.cuh): the call's tag, its
+// slot of the error word armed in a PublishOnAbort, the launches that validate into the word, the last launch
+// that publishes. Here a call can end between two launches (HostExec::fail_launch / fail_workspace, or an
+// exception between them as gather_into's out= check), and a word can be left behind by another call.
+
+Problem one_row(const std::vector<int64_t>& indptr, int64_t N, int64_t F) {
+  Problem pb;
+  pb.N = N;
+  pb.S = static_cast<int64_t>(indptr.size()) - 1;
+  pb.F = F;
+  pb.indptr = indptr;
+  pb.name = "one row";
+  return pb;
+}
+
+// gather_into's order (segment_ops.h) with CudaBackend: the validation, then (unless out_throws: the out= check
+// throws there) the expansion that publishes.
+void gather_call(HostErrors& he, uint32_t n, const Problem& pb, int64_t R, bool out_throws) {
+  Buf<int64_t> ip(pb.indptr.size());
+  std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
+  const Geometry g = pb.geometry(ip.p);
+  Buf<float> src(static_cast<size_t>(pb.S * pb.F)), out(static_cast<size_t>(R * pb.F));
+  for (size_t i = 0; i < src.n; ++i) src[i] = static_cast<float>(i);
+  HostExec ex;
+  try {
+    PublishOnAbort<HostExec, Publish> guard(ex);
+    const ErrorContext ec = he.ctx(kOpGatherCsr, R, call_tag(n));
+    guard.arm(ec.publish(g));
+    launch_validate(ex, g, ec, nullptr, Tuning());
+    if (out_throws) throw ExecFailure{};
+    run_expand<SrcLoad<float>::kVec>(ex, g, R, GatherFn<float>{src.p}, out.p, ec.publish(g), true, Tuning());
+    guard.disarm();
+  } catch (const ExecFailure&) {
+  }
+}
+
+// A reduction call as CudaBackend makes it, ending at launch fail_launch (-1: runs to its end). Returns the
+// launches it made.
+int64_t reduce_call(HostErrors& he, uint32_t n, const Problem& pb, const Tuning& t, int64_t fail_launch) {
+  Buf<int64_t> ip(pb.indptr.size());
+  std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
+  const Geometry g = pb.geometry(ip.p);
+  Buf<float> x(static_cast<size_t>(pb.B() * pb.N * pb.F)), out(static_cast<size_t>(pb.B() * pb.S * pb.F));
+  for (size_t i = 0; i < x.n; ++i) x[i] = static_cast<float>(i % 7);
+  HostExec ex;
+  ex.fail_launch = fail_launch;
+  try {
+    PublishOnAbort<HostExec, Publish> guard(ex);
+    const ErrorContext ec = he.ctx(kOpSegmentCsr, pb.N, call_tag(n));
+    guard.arm(ec.publish(g));
+    run_reduce<SumOp<float>>(ex, g, SrcLoad<float>{x.p}, out.p, nullptr, ec, true, t);
+    guard.disarm();
+  } catch (const ExecFailure&) {
+  }
+  return ex.launches;
+}
+
+void check_error_protocol(const Tunings& ts) {
+  // 1. gather's out= check throws after its validation launch: the guard publishes the error found, the word
+  // is left empty, and a later call whose first bad position is larger is reported (an error word left
+  // holding 3 << 16 | tag hid it: atomicMin).
+  g_ctx = "protocol: gather ending after its validation";
+  {
+    HostErrors he;
+    gather_call(he, 100, one_row({0, 1, 5, 2, 6}, 4, 2), 6, true);
+    EXPECT(he.word == kNoError, "the call left its error in the word (%llx)", he.word);
+    EXPECT(he.rec.code == 1 && he.rec.pos == 3 && he.rec.value == 2 && he.rec.prev == 5, "error not published");
+    he.rec.code = 0;  // the host reported it
+    gather_call(he, 101, one_row({0, 1, 2, 3, 1}, 4, 2), 6, false);
+    EXPECT(he.rec.code == 1 && he.rec.pos == 4 && he.word == kNoError, "the next call's error (position 4) was lost");
+  }
+  // 2. a reduction ending at each of its launches, on every plan (block, merge, short with its pieces): nothing
+  // stays in the word, a published error is the first bad offset, and the next call's error is reported.
+  struct PlanCase {
+    const char* name;
+    const Tuning* t;
+    int64_t N, F;
+  };
+  const PlanCase plans[] = {{"block", &ts.dflt, 40, 1}, {"merge", &ts.tiny, 40, 16}, {"short", &ts.tiny_short, 40, 4}};
+  for (const PlanCase& pc : plans) {
+    const Problem bad = one_row({0, 10, 30, 20, 40}, pc.N, pc.F);  // first bad: position 3
+    HostErrors probe;
+    const int64_t launches = reduce_call(probe, 0, bad, *pc.t, -1);
+    for (int64_t k = 0; k < launches; ++k) {
+      g_ctx = std::string("protocol: ") + pc.name + " plan ending at launch " + std::to_string(k);
+      HostErrors he;
+      reduce_call(he, 200, bad, *pc.t, k);
+      EXPECT(he.word == kNoError, "the call left %llx in the word", he.word);
+      EXPECT(he.rec.code == 0 || he.rec.pos == 3, "published position %lld", (long long)he.rec.pos);
+      he.rec.code = 0;
+      reduce_call(he, 201, one_row({0, 10, 20, 30, 35, 36, 1}, pc.N, pc.F), *pc.t, -1);
+      EXPECT(he.rec.code == 1 && he.rec.pos == 6 && he.word == kNoError, "the next call's error was lost");
+    }
+  }
+  // 3. a word left behind by another call (a context that died before its publish ran, or a library from
+  // before the guard) with tag T: 2^16 calls later the call with tag T must not take it for its own. Beyond
+  // this call's indptr (5 offsets: AddressSanitizer sees a read of indptr[9]) or at an offset that is valid
+  // here, it is emptied and not reported; a real error of the call at a smaller position is reported.
+  const uint32_t T = 77;
+  EXPECT(call_tag(T + (1u << kTagBits)) == call_tag(T) && call_tag(T + 1) != call_tag(T), "tags");
+  for (int64_t stale : {9, 2, 1 << 20}) {
+    for (const PlanCase& pc : plans) {
+      g_ctx = std::string("protocol: stale word at ") + std::to_string(stale) + ", " + pc.name + " plan";
+      HostErrors he;
+      he.word = (static_cast<u64>(stale) << kTagBits) | call_tag(T);
+      reduce_call(he, T + (1u << kTagBits), one_row({0, 10, 20, 30, 40}, pc.N, pc.F), *pc.t, -1);
+      EXPECT(he.rec.code == 0 && he.word == kNoError, "stale word: record %d at %lld, word %llx", he.rec.code,
+             (long long)he.rec.pos, he.word);
+      he.word = (static_cast<u64>(stale) << kTagBits) | call_tag(T);
+      reduce_call(he, T + (2u << kTagBits), one_row({0, 10, 5, 30, 40}, pc.N, pc.F), *pc.t, -1);
+      EXPECT(he.rec.code == 1 && he.rec.pos == 2 && he.word == kNoError, "the call's own error at 2: %d at %lld",
+             he.rec.code, (long long)he.rec.pos);
+    }
+    g_ctx = "protocol: stale word at " + std::to_string(stale) + ", gather";
+    HostErrors he;
+    he.word = (static_cast<u64>(stale) << kTagBits) | call_tag(T);
+    gather_call(he, T + (1u << kTagBits), one_row({0, 1, 2, 3, 4}, 4, 2), 6, false);
+    EXPECT(he.rec.code == 0 && he.word == kNoError, "stale word published by gather");
+  }
+  // 4. a word holding another call's tag is left alone (that call publishes it); our own is published.
+  g_ctx = "protocol: publish tag";
+  {
+    u64 word = (static_cast<u64>(5) << kTagBits) | 9;
+    ErrorRecord rec{};
+    int64_t p[] = {0, 1, 2, 3, 4, 3, 6};
+    Publish pub{ErrorSlot{&word, &rec, 8}, p, 7, 1};
+    pub.run();
+    EXPECT(rec.code == 0 && word == ((static_cast<u64>(5) << kTagBits) | 9), "foreign tag was published");
+    pub.to.tag = 9;
+    pub.run();
+    EXPECT(rec.code == 1 && rec.pos == 5 && rec.value == 3 && rec.prev == 4 && word == kNoError,
+           "own tag not published");
+  }
+}
+
+// ---- index_to_indptr (coo_kernels.cuh) ---------------------------------------------------------------------
+
+// The CPU's first problem of a [rows, n] index (cpu/coo_cpu.cpp first_problem): (what, position), or (-1, -1).
+std::pair<int32_t, int64_t> index_first_problem(const std::vector<int64_t>& x, int64_t n, int64_t size,
+                                                 bool check_sorted) {
+  const int64_t total = static_cast<int64_t>(x.size());
+  if (check_sorted) {
+    for (int64_t i = 1; i < total; ++i) {
+      if (i % n != 0 && x[i] < x[i - 1]) return {kIndexUnsorted, i};
+    }
+  }
+  for (int64_t i = 0; i < total; ++i) {
+    if (x[i] < 0) return {kIndexNegative, i};
+  }
+  for (int64_t i = 0; i < total; ++i) {
+    if (size >= 0 && x[i] >= size) return {kIndexTooLarge, i};
+  }
+  return {-1, -1};
+}
+
+// index_to_indptr of x (rows of n) for every thread order, against the CPU's contract: offsets[r][t] = the
+// entries of row r smaller than t (whatever the index holds), the first problem reported as the CPU reports
+// it, with its message. size -1: max(index) + 1 and the check without an upper bound (launch_index_max).
+template <typename I>
+void run_index_case(const std::vector<int64_t>& xs, int64_t rows, int64_t n, int64_t size, bool check_sorted,
+                    const char* what) {
+  const int64_t total = rows * n;
+  Buf<I> x(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) x[i] = static_cast<I>(xs[i]);
+  IndexRows<I> ix;
+  ix.x = x.p;
+  ix.rows = rows;
+  ix.n = n;
+  ix.size = size;
+  ix.check_sorted = check_sorted;
+  g_ctx = std::string("index_to_indptr: ") + what + (sizeof(I) == 4 ? " int32" : " int64") +
+          (check_sorted ? " sorted" : " unsorted allowed") + " size " + std::to_string(size);
+  const int64_t max_threads = total % 3 == 0 ? 7 : kIndexThreadsMax;  // 7: every thread takes many entries
+  if (size < 0) {
+    u64 words[2] = {kNoError, kNoError};
+    HostExec ex;
+    launch_index_max(ex, ix, words, max_threads);
+    int64_t mx = -1;
+    for (int64_t v : xs) mx = std::max(mx, v);
+    const auto [w, pos] = index_first_problem(xs, n, -1, check_sorted);
+    const u64 key = words[0] >> kTagBits;
+    EXPECT(w < 0 ? words[0] == kNoError : key == index_error_key(w, pos, total), "size -1: problem %d at %lld, word %llx",
+           w, (long long)pos, words[0]);
+    EXPECT(static_cast<int64_t>(~words[1]) == mx + 1, "size -1: max + 1 = %lld, expected %lld",
+           (long long)~words[1], (long long)mx + 1);
+    if (w >= 0) return;
+    size = ix.size = mx + 1;
+  }
+  const int64_t len = size + 1;
+  const auto [w, pos] = index_first_problem(xs, n, size, check_sorted);
+  std::vector<int64_t> want(static_cast<size_t>(rows * len), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 0; t <= size; ++t) {
+      for (int64_t k = 0; k < n; ++k) want[r * len + t] += xs[r * n + k] < t;
+    }
+  }
+  for (int order = 0; order < 3; ++order) {
+    HostExec ex;
+    ex.order = order;
+    HostErrors he;
+    Buf<int64_t> off(static_cast<size_t>(rows * len));
+    run_index_to_indptr(ex, ix, ErrorSlot{&he.word, &he.rec, 5, kOpIndexToIndptr, 0, size}, off.p,
+                        order == 1 ? 7 : max_threads);
+    bool same = true;
+    for (int64_t i = 0; i < rows * len && same; ++i) {
+      same = off[i] == want[i];
+      EXPECT(same, "offsets[%lld] = %lld, expected %lld (thread order %d)", (long long)i, (long long)off[i],
+             (long long)want[i], order);
+    }
+    EXPECT(he.word == kNoError, "error word not emptied");
+    if (w < 0) {
+      EXPECT(he.rec.code == 0, "a valid index reported %d at %lld", he.rec.what, (long long)he.rec.pos);
+      continue;
+    }
+    EXPECT(he.rec.code == 1 && he.rec.what == w && he.rec.pos == pos && he.rec.value == xs[pos] &&
+               he.rec.prev == (pos % n ? xs[pos - 1] : 0) && he.rec.len == n && he.rec.rows == rows &&
+               he.rec.limit == size && he.rec.op == kOpIndexToIndptr,
+           "reported %d: problem %d at %lld, expected %d at %lld", he.rec.code, he.rec.what, (long long)he.rec.pos, w,
+           (long long)pos);
+  }
+}
+
+void check_index_to_indptr() {
+  // the CPU's contract (tests/test_coo.py): an unsorted row gets the counts when check_sorted is false
+  run_index_case<int64_t>({3, 0, 2, 0}, 1, 4, 5, false, "contract [3, 0, 2, 0]");
+  {
+    HostExec ex;
+    HostErrors he;
+    const int64_t x[] = {3, 0, 2, 0};
+    Buf<int64_t> off(6);
+    IndexRows<int64_t> ix;
+    ix.x = x;
+    ix.rows = 1;
+    ix.n = 4;
+    ix.size = 5;
+    run_index_to_indptr(ex, ix, ErrorSlot{&he.word, &he.rec, 5, kOpIndexToIndptr, 0, 5}, off.p);
+    const int64_t want[] = {0, 2, 2, 3, 4, 4};
+    g_ctx = "index_to_indptr: [3, 0, 2, 0], size 5";
+    EXPECT(std::equal(want, want + 6, off.p) && he.rec.code == 0, "offsets %lld %lld %lld %lld %lld %lld",
+           (long long)off[0], (long long)off[1], (long long)off[2], (long long)off[3], (long long)off[4],
+           (long long)off[5]);
+  }
+  run_index_case<int64_t>({3, 0, 2, 0, 1, 1, 0, 2}, 2, 4, 5, false, "two unsorted rows");
+  run_index_case<int32_t>({3, 0, 2, 0}, 1, 4, 5, true, "unsorted, check_sorted");
+  // an all-zero index with a large dim_size: the offsets past the last value are written in parallel
+  run_index_case<int64_t>(std::vector<int64_t>(300, 0), 1, 300, 200000, true, "all zero, large size");
+  run_index_case<int32_t>(std::vector<int64_t>(64, 7), 2, 32, -1, true, "all seven, size -1");
+  run_index_case<int64_t>({}, 0, 5, 3, true, "empty");
+  run_index_case<int64_t>({}, 3, 0, 4, false, "no entries");
+  run_index_case<int64_t>({0, 1, 1, 2}, 1, 4, 0, true, "dim_size 0");
+  // each problem alone and together, first in the CPU's order
+  run_index_case<int64_t>({0, 2, 1, 5, -1, 9}, 2, 3, 6, true, "decrease, negative, too large");
+  run_index_case<int64_t>({0, 2, 1, 5, -1, 9}, 2, 3, 6, false, "negative, too large");
+  run_index_case<int32_t>({0, 2, 3, 5, 6, 9}, 2, 3, 6, false, "too large");
+  run_index_case<int64_t>({4, 2, 1, -3, -1, 0}, 2, 3, -1, true, "size -1: decrease before negative");
+  run_index_case<int64_t>({-4, 2, 3, 3, 5, 5}, 2, 3, -1, false, "size -1: negative");
+  std::mt19937_64 rng(37);
+  for (int it = 0; it < 60; ++it) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 3), n = static_cast<int64_t>(rng() % 300);
+    const int64_t size = it % 5 == 0 ? -1 : static_cast<int64_t>(rng() % 200);
+    const int64_t hi = size < 0 ? 150 : size;
+    std::vector<int64_t> xs(static_cast<size_t>(rows * n));
+    for (auto& v : xs) v = hi > 0 ? static_cast<int64_t>(rng() % hi) : 0;
+    const int kind = it % 4;  // 0 sorted rows, 1 unsorted, 2 sorted with a value out of range, 3 runs of equal values
+    for (int64_t r = 0; r < rows; ++r) {
+      if (kind != 1) std::sort(xs.begin() + r * n, xs.begin() + (r + 1) * n);
+    }
+    if (kind == 2 && !xs.empty()) xs[rng() % xs.size()] = rng() % 2 ? -1 - static_cast<int64_t>(rng() % 5) : hi + 3;
+    if (kind == 3) {
+      for (auto& v : xs) v = v / 40 * 40;
+    }
+    const std::string name = "random " + std::to_string(it);
+    run_index_case<int64_t>(xs, rows, n, size, it % 2 == 0, name.c_str());
+    run_index_case<int32_t>(xs, rows, n, size, it % 2 == 1, name.c_str());
+  }
+  // a call ending between its launches publishes the error its first launch found; a stale word whose entry
+  // has no such problem in this index is emptied unread
+  g_ctx = "index_to_indptr: a call ending after its first launch";
+  {
+    const int64_t x[] = {0, 1, -2, 3};
+    IndexRows<int64_t> ix;
+    ix.x = x;
+    ix.rows = 1;
+    ix.n = 4;
+    ix.size = 4;
+    HostErrors he;
+    Buf<int64_t> off(5);
+    HostExec ex;
+    ex.fail_workspace = true;
+    try {
+      run_index_to_indptr(ex, ix, ErrorSlot{&he.word, &he.rec, 5, kOpIndexToIndptr, 0, 4}, off.p);
+    } catch (const ExecFailure&) {
+    }
+    EXPECT(he.word == kNoError && he.rec.code == 1 && he.rec.what == kIndexNegative && he.rec.pos == 2,
+           "word %llx, record %d at %lld", he.word, he.rec.code, (long long)he.rec.pos);
+    for (u64 stale : {index_error_key(kIndexNegative, 1, 4), index_error_key(kIndexTooLarge + 1, 0, 4)}) {
+      HostErrors h2;
+      h2.word = (stale << kTagBits) | 5;
+      const int64_t y[] = {0, 1, 2, 3};
+      ix.x = y;
+      HostExec ex2;
+      run_index_to_indptr(ex2, ix, ErrorSlot{&h2.word, &h2.rec, 5, kOpIndexToIndptr, 0, 4}, off.p);
+      EXPECT(h2.word == kNoError && h2.rec.code == 0, "stale index word published");
+    }
+  }
+  g_ctx = "index_to_indptr: messages";
+  EXPECT(found_error_message(kOpIndexToIndptr, kIndexNegative, 0, 6, 4, 2, -3, 1, 9) ==
+             "torch_segops.index_to_indptr: index must be non-negative, got index[..., 2] = -3 (row 1) (found on "
+             "cuda:0 by the GPU in an earlier call of index_to_indptr, whose output is unspecified; CUDA ops check "
+             "indptr and index asynchronously and report at the next torch_segops CUDA call or at "
+             "torch_segops.check_errors(); set TORCH_SEGOPS_CUDA_SYNC_CHECKS=1 to report in the faulty call)",
+         "%s", found_error_message(kOpIndexToIndptr, kIndexNegative, 0, 6, 4, 2, -3, 1, 9).c_str());
+  EXPECT(index_error_message(kIndexUnsorted, 5, 3, 1, 2, 4) ==
+             "index must be sorted (non-decreasing) along its last dim, got index[..., 2] = 1 < index[..., 1] = 2 "
+             "(in row 1 of the flattened leading dims); use scatter() for an unsorted index",
+         "unsorted message");
+  EXPECT(index_error_message(kIndexTooLarge, 1, 3, 9, 2, 4) ==
+             "index must be < dim_size = 4, got index[..., 1] = 9 (row 0)",
+         "too large message");
+}
+
+// ---- logsumexp of segments holding +inf, on every plan (issue #37 item 1) -----------------------------------
+// Long segments with +inf in several rows: parts whose max is +inf are merged (the thread states of the block
+// plan's scan, the carries of the merge plan, the pieces of the short plan's long segments), where
+// LogSumExpOp::merge once computed exp(inf - inf) = NaN; torch.logsumexp gives +inf. Also segments of -inf
+// only (-inf) and of -inf with finite values (finite).
+template <typename T>
+void run_logsumexp_infinity(const char* plan, const Tuning& t, int64_t F, const std::vector<int64_t>& indptr) {
+  using Op = LogSumExpOp<acc_t<T>>;
+  const Problem pb = one_row(indptr, indptr.back(), F);
+  const int64_t N = pb.N, S = pb.S;
+  Buf<T> x(static_cast<size_t>(N * F));
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t f = 0; f < F; ++f) {
+      double v = static_cast<double>((r * 7 + f) % 5) - 2;
+      const int64_t s = std::upper_bound(indptr.begin(), indptr.end(), r) - indptr.begin() - 1;
+      if (s % 3 == 0 && (r - indptr[s]) % 37 == 5) v = inf;             // +inf every 37 rows
+      if (s % 3 == 1) v = -inf;                                          // -inf only
+      if (s % 3 == 2 && (r - indptr[s]) % 3 == 0) v = -inf;             // -inf among finite values
+      x[r * F + f] = static_cast<T>(static_cast<acc_t<T>>(v));
+    }
+  }
+  Buf<int64_t> ip(indptr.size());
+  std::copy(indptr.begin(), indptr.end(), ip.p);
+  HostExec ex;
+  HostErrors he;
+  Buf<T> out(static_cast<size_t>(S * F));
+  const int kind = run_reduce<Op>(ex, pb.geometry(ip.p), SrcLoad<T>{x.p}, out.p, nullptr, he.ctx(kOpSegmentCsr, N),
+                                  true, t);
+  g_ctx = std::string("logsumexp with infinities, ") + plan + " plan, F" + std::to_string(F);
+  EXPECT(kind == (std::strcmp(plan, "block") == 0 ? kPlanBlock : std::strcmp(plan, "merge") == 0 ? kPlanMerge : kPlanShort),
+         "ran plan %d", kind);
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t f = 0; f < F; ++f) {
+      std::vector<long double> xs;
+      std::vector<int64_t> rows;
+      for (int64_t r = indptr[s]; r < indptr[s + 1]; ++r) {
+        xs.push_back(as_double(x[r * F + f]));
+        rows.push_back(r);
+      }
+      std::string why;
+      const bool ok = Reference<Op>::check(xs, rows, indptr[s + 1] - indptr[s], N, out[s * F + f], 0, why);
+      EXPECT(ok, "segment %lld (%lld rows) feature %lld: %g, %s", (long long)s, (long long)(indptr[s + 1] - indptr[s]),
+             (long long)f, as_double(out[s * F + f]), why.c_str());
+      if (!ok) return;
+    }
+  }
+}
+
+void check_special_values(const Tunings& ts) {
+  // the issue's shapes: 40 rows on the block plan, F = 16 on the merge plan, a 2,000-row segment on the short
+  // plan (among 8-row segments, so that the default tuning picks it and cuts the long one in pieces)
+  std::vector<int64_t> short_ip = {0, 2000};
+  while (short_ip.size() < 252) short_ip.push_back(short_ip.back() + 8);
+  run_logsumexp_infinity<float>("block", ts.dflt, 1, {0, 40, 80, 120});
+  run_logsumexp_infinity<float>("block", ts.tiny, 1, {0, 700, 1400, 2100});
+  run_logsumexp_infinity<BF16>("block", ts.dflt, 1, {0, 300, 600, 900});
+  run_logsumexp_infinity<float>("merge", ts.dflt, 16, {0, 400, 800, 1200});
+  run_logsumexp_infinity<float>("merge", ts.tiny, 16, {0, 60, 120, 180});
+  run_logsumexp_infinity<double>("merge", ts.tiny, 3, {0, 60, 120, 180});
+  run_logsumexp_infinity<float>("merge", ts.tiny_merge_only, 1, {0, 60, 120, 180});
+  run_logsumexp_infinity<float>("short", ts.dflt, 4, short_ip);
+  run_logsumexp_infinity<BF16>("short", ts.tiny_short, 8, {0, 60, 120, 180});
+  run_logsumexp_infinity<float>("short", ts.tiny_short_only, 1, {0, 60, 120, 180});
+}
+
+// Every op, dtype path and plan against the reference, thread orders, invalid indptr.
+void check_kernels(bool quick, const Tunings& ts) {
+  std::mt19937_64 rng(2024);
+  const Tuning &dflt = ts.dflt, &tiny = ts.tiny, &tiny_short = ts.tiny_short, &mid = ts.mid;
+  const Tuning &tiny_merge_only = ts.tiny_merge_only, &tiny_short_only = ts.tiny_short_only;
   const Tuning* tunings[] = {&dflt, &tiny, &mid, &tiny_short, &tiny_merge_only, &tiny_short_only};
   const char* tuning_names[] = {"default", "tiny", "mid", "tiny-short", "tiny-merge-only", "tiny-short-only"};
 
@@ -916,22 +1498,23 @@ int main(int argc, char** argv) {
     run_all_ops<BF16>(pb, tiny_short, false, true);
   }
 
-  // Tags: an error word holding another call's tag is left alone.
-  {
-    u64 word = (static_cast<u64>(5) << kTagBits) | 9;
-    ErrorRecord rec{};
-    int64_t p[] = {0, 1, 2, 3, 4, 5, 6};
-    Publish pub{ErrorSlot{&word, &rec, 8}, p, 7, 1};
-    g_ctx = "publish tag";
-    pub.run();
-    EXPECT(rec.code == 0 && word == ((static_cast<u64>(5) << kTagBits) | 9), "foreign tag was published");
-    pub.to.tag = 9;
-    pub.run();
-    EXPECT(rec.code == 1 && rec.pos == 5 && rec.value == 5 && rec.prev == 4 && word == kNoError, "own tag not published");
-  }
+}
 
-  check_messages();
-  check_host_decisions();
+int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--bad-block") == 0) return run_bad_block(std::atoi(argv[2]));
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --only a,b: these parts alone (kernels, protocol, coo, specials, messages)
+  const std::string only = argc > 2 && std::strcmp(argv[1], "--only") == 0 ? "," + std::string(argv[2]) + "," : "";
+  auto part = [&](const char* name) { return only.empty() || only.find("," + std::string(name) + ",") != std::string::npos; };
+  const Tunings ts = make_tunings();
+  if (part("kernels")) check_kernels(quick, ts);
+  if (part("protocol")) check_error_protocol(ts);
+  if (part("coo")) check_index_to_indptr();
+  if (part("specials")) check_special_values(ts);
+  if (part("messages")) {
+    check_messages();
+    check_host_decisions();
+  }
 
   std::printf("reads of never-written workspace bytes: %ld\n", g_uninit_reads);
   std::printf("%ld passed, %ld failed\n", g_checks - g_failures, g_failures);

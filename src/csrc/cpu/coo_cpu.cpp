@@ -21,6 +21,7 @@
 #include "csr_args.h"
 #include "index_args.h"
 #include "index_math.h"
+#include "op_names.h"
 #include "torch_errors.h"
 
 namespace torch_segops {
@@ -85,34 +86,20 @@ Found offsets_pass(const I* x, int64_t rows, int64_t n, int64_t size, int64_t* o
 // The first problem, as the Python COO checks word it (only on the error path; serial).
 template <typename I>
 std::string first_problem(const I* x, int64_t rows, int64_t n, int64_t size, bool check_sorted) {
-  std::ostringstream os;
-  os << kPrefix;
+  const int64_t total = rows * n;
+  auto at = [&](int32_t what, int64_t i) {
+    return kPrefix + index_error_message(what, i, n, x[i], i % n != 0 ? int64_t{x[i - 1]} : 0, size);
+  };
   if (check_sorted) {
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c + 1 < n; ++c) {
-        const int64_t a = x[r * n + c], b = x[r * n + c + 1];
-        if (b < a) {
-          os << "index must be sorted (non-decreasing) along its last dim, got index[..., " << c + 1 << "] = " << b
-             << " < index[..., " << c << "] = " << a << " (in row " << r
-             << " of the flattened leading dims); use scatter() for an unsorted index";
-          return os.str();
-        }
-      }
+    for (int64_t i = 1; i < total; ++i) {
+      if (i % n != 0 && x[i] < x[i - 1]) return at(kIndexUnsorted, i);
     }
   }
-  for (int64_t i = 0; i < rows * n; ++i) {
-    if (x[i] < 0) {
-      os << "index must be non-negative, got index[..., " << i % n << "] = " << int64_t{x[i]} << " (row " << i / n
-         << ")";
-      return os.str();
-    }
+  for (int64_t i = 0; i < total; ++i) {
+    if (x[i] < 0) return at(kIndexNegative, i);
   }
-  for (int64_t i = 0; i < rows * n; ++i) {
-    if (x[i] >= size) {
-      os << "index must be < dim_size = " << size << ", got index[..., " << i % n << "] = " << int64_t{x[i]} << " (row "
-         << i / n << ")";
-      return os.str();
-    }
+  for (int64_t i = 0; i < total; ++i) {
+    if (x[i] >= size) return at(kIndexTooLarge, i);
   }
   return "";
 }

@@ -19,28 +19,10 @@ namespace cuda {
 // Threads talk only through Blk: sync() (a barrier of the whole block, __syncthreads) and shfl_up(v, d)
 // (lane l gets lane l - d's v, its own for l < d; __shfl_up_sync over the full warp), and through `sh`
 // between barriers. Every thread of a block must reach the same barriers (no thread returns early while
-// others wait) and every lane of a warp the same shuffles. segment_cuda.cu runs them with DeviceBlock; the
-// host emulation (tests/cuda_emulation/block_emulation.h) runs each thread of a block as a fiber, phase by
-// phase between barriers, in forward, reverse or shuffled order, and fails on a barrier or shuffle that
-// not every thread reaches.
-#if defined(__CUDACC__)
-struct DeviceBlock {
-  __device__ int thread() const { return static_cast<int>(threadIdx.x); }
-  __device__ int64_t block() const { return static_cast<int64_t>(blockIdx.x); }
-  __device__ void sync() const { __syncthreads(); }
-  template <class X> __device__ X shfl_up(const X& v, int d) const {
-    static_assert(sizeof(X) % 4 == 0, "shuffled types are whole 32-bit words");
-    constexpr int kWords = static_cast<int>(sizeof(X) / 4);
-    uint32_t w[kWords];
-    memcpy(w, &v, sizeof(X));
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = __shfl_up_sync(0xffffffffu, w[i], d);
-    X r;
-    memcpy(&r, w, sizeof(X));
-    return r;
-  }
-};
-#endif
+// others wait) and every lane of a warp the same shuffles. The GPU runs them with DeviceBlock
+// (device_primitives.cuh); the host emulation (tests/cuda_emulation/block_emulation.h) runs each thread of a
+// block as a fiber, phase by phase between barriers, in forward, reverse or shuffled order, and fails on a
+// barrier or shuffle that not every thread reaches.
 
 // A reduction state with a flag: "a segment starts in this range" (its left part is complete). The
 // segmented-scan operator: (f1, a) then (f2, b) = (f1 | f2, f2 ? b : a (+) b); associative, so any fixed

@@ -45,8 +45,46 @@ struct ChunkGrid {
   int64_t W, cpb;
 };
 
+// The merge-path split of diagonal diag with its segment count searched in [lo, hi] (merge_path_search's for a
+// valid indptr, inside the diagonal's bounds for any indptr; base = indptr[0], nnz: the clamped row count), as an
+// 8-ary search: each round loads 7 probes together, so a search takes log8 of the range in rounds of dependent
+// loads instead of log2.
+SEGOPS_HD MergeCoord merge_path_search8(const int64_t* p, int64_t S, int64_t base, int64_t nnz, int64_t diag,
+                                        int64_t lo, int64_t hi) {
+  constexpr int kWays = 8;
+  lo = imax(lo, diag - nnz);
+  hi = imin(imin(hi, diag), S);  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t step = ceil_div(hi - lo, kWays);
+    int64_t v[kWays - 1];
+SEGOPS_UNROLL
+    for (int k = 0; k < kWays - 1; ++k) {
+      const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
+      v[k] = rd_async(p + mid + 1);
+    }
+    SEGOPS_TRACE_USE();
+    // the first probe where "segment end mid comes before row diag - mid" fails bounds the answer
+    // branch-free (a branch per probe let nvcc issue a probe's load behind the previous one's test): for a
+    // valid indptr the test holds for a prefix of the probes, so the largest passing and the smallest
+    // failing probe are the first failing probe's neighbours
+    int64_t nlo = lo, nhi = hi;
+SEGOPS_UNROLL
+    for (int k = 0; k < kWays - 1; ++k) {
+      const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
+      if (v[k] - base <= diag - mid - 1) {
+        nlo = imax(nlo, mid + 1);
+      } else {
+        nhi = imin(nhi, mid);
+      }
+    }
+    lo = nlo;  // the range shrinks to at most ceil((hi - lo) / kWays) - 1 + 1 candidates every round
+    hi = imax(nhi, nlo);  // (the probes of an invalid indptr can disagree)
+  }
+  return {lo, diag - lo};
+}
+
 // Pass 0. Thread tid = b * (cpb + 1) + ci: the merge-path coordinate of chunk border ci of batch b, searched
-// once here instead of twice by every thread of the chunk (a binary search is a chain of dependent loads).
+// once here instead of twice by every thread of the chunk (a search is a chain of dependent loads).
 struct Partition : ChunkGrid {
   int64_t N;
   MergeCoord* coord;  // [B, cpb + 1]
@@ -56,42 +94,7 @@ struct Partition : ChunkGrid {
     const int64_t p0 = rd_async(p), pS = rd_async(p + S);
     SEGOPS_TRACE_USE();
     const int64_t base = iclamp(p0, 0, N), end = iclamp(pS, base, N), nnz = end - base;
-    wr(coord + tid, search(p, p0, nnz, imin(ci * W, S + nnz)));
-  }
-
-  // merge_path_search (the same split for a valid indptr; inside the diagonal's bounds for any indptr), as
-  // an 8-ary search: each round loads 7 probes together, so a search over S segments takes log8(S) rounds
-  // of dependent loads instead of log2(S).
-  SEGOPS_HD MergeCoord search(const int64_t* p, int64_t base, int64_t nnz, int64_t diag) const {
-    constexpr int kWays = 8;
-    int64_t lo = imax(diag - nnz, 0), hi = imin(diag, S);  // the answer lies in [lo, hi]
-    while (lo < hi) {
-      const int64_t step = ceil_div(hi - lo, kWays);
-      int64_t v[kWays - 1];
-SEGOPS_UNROLL
-      for (int k = 0; k < kWays - 1; ++k) {
-        const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
-        v[k] = rd_async(p + mid + 1);
-      }
-      SEGOPS_TRACE_USE();
-      // the first probe where "segment end mid comes before row diag - mid" fails bounds the answer
-      // branch-free (a branch per probe let nvcc issue a probe's load behind the previous one's test): for a
-      // valid indptr the test holds for a prefix of the probes, so the largest passing and the smallest
-      // failing probe are the first failing probe's neighbours
-      int64_t nlo = lo, nhi = hi;
-SEGOPS_UNROLL
-      for (int k = 0; k < kWays - 1; ++k) {
-        const int64_t mid = imin(lo + (k + 1) * step - 1, hi - 1);
-        if (v[k] - base <= diag - mid - 1) {
-          nlo = imax(nlo, mid + 1);
-        } else {
-          nhi = imin(nhi, mid);
-        }
-      }
-      lo = nlo;  // the range shrinks to at most ceil((hi - lo) / kWays) - 1 + 1 candidates every round
-      hi = imax(nhi, nlo);  // (the probes of an invalid indptr can disagree)
-    }
-    return {lo, diag - lo};
+    wr(coord + tid, merge_path_search8(p, S, p0, nnz, imin(ci * W, S + nnz), 0, S));
   }
 };
 

@@ -7,8 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
-
+#include <cstring>
 #include <type_traits>
 
 // ---- access tracing (the memory-access model, research/gpu_model/model.py; compiled out everywhere else) -----
@@ -78,6 +77,26 @@ SEGOPS_HD void fence_system() {
 #endif
 }
 
+
+// The Blk of a block kernel on the GPU (the contract: block_kernels.cuh; the host's: the emulation's HostBlock).
+#if defined(__CUDACC__)
+struct DeviceBlock {
+  __device__ int thread() const { return static_cast<int>(threadIdx.x); }
+  __device__ int64_t block() const { return static_cast<int64_t>(blockIdx.x); }
+  __device__ void sync() const { __syncthreads(); }
+  template <class X> __device__ X shfl_up(const X& v, int d) const {
+    static_assert(sizeof(X) % 4 == 0, "shuffled types are whole 32-bit words");
+    constexpr int kWords = static_cast<int>(sizeof(X) / 4);
+    uint32_t w[kWords];
+    memcpy(w, &v, sizeof(X));
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = __shfl_up_sync(0xffffffffu, w[i], d);
+    X r;
+    memcpy(&r, w, sizeof(X));
+    return r;
+  }
+};
+#endif
 
 // Global memory accesses outside the vector loads: rd (value used at once), rd_async (used later, after
 // SEGOPS_TRACE_USE), wr. Plain dereferences; only the tracer sees a difference.

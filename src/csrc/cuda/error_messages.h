@@ -1,6 +1,6 @@
 // Messages of the CUDA backend's errors, as plain host functions of plain values (no CUDA, no torch), so
-// that the host emulation test (tests/cuda_emulation/emulate_kernels.cpp) checks them without a GPU; segment_cuda.cu
-// gathers the values (device properties, the error record) and throws.
+// that the host emulation test (tests/cuda_emulation/emulate_kernels.cpp) checks them without a GPU; the CUDA
+// sources gather the values (device properties, the error record) and throw.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,23 @@ inline std::string no_kernel_image_message(const char* op, const char* what, con
   os << ", or rebuild from source for this GPU: CUDAARCHS=\"" << sm
      << "-real\" TORCH_SEGOPS_WITH_CUDA=ON pip install --no-build-isolation . "
         "(`python -m torch_segops.doctor` checks the build against every GPU).";
+  return os.str();
+}
+
+// An invalid indptr (what < 0) or COO index (what: its IndexProblem) that a kernel of an earlier call found on
+// cuda:device, as the host reports it at a later call (the fields of cuda/indptr_errors.cuh's ErrorRecord).
+inline std::string found_error_message(int32_t op, int32_t what, int32_t device, int64_t pos, int64_t len,
+                                       int64_t rows, int64_t value, int64_t prev, int64_t limit) {
+  std::ostringstream os;
+  if (what < 0) {
+    os << indptr_error_message(op, pos, len, rows, value, prev, limit);
+  } else {
+    os << "torch_segops." << op_names(op).name << ": " << index_error_message(what, pos, len, value, prev, limit);
+  }
+  os << " (found on cuda:" << device << " by the GPU in an earlier call of " << op_names(op).name
+     << ", whose output is unspecified; CUDA ops check indptr and index asynchronously and report at the next "
+        "torch_segops CUDA call or at torch_segops.check_errors(); set TORCH_SEGOPS_CUDA_SYNC_CHECKS=1 to "
+        "report in the faulty call)";
   return os.str();
 }
 

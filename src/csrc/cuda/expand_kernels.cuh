@@ -82,7 +82,9 @@ template <class Fn, int V> struct Expand : ChunkGrid {
     if (c >= C) return;
     const int64_t b = c / cpb, ci = c - b * cpb;
     const int64_t* p = indptr + bmap.offset(b);
-    const int64_t base = iclamp(rd(p), 0, R), end = iclamp(rd(p + S), base, R), nnz = end - base;
+    const int64_t p0 = rd_async(p), pS = rd_async(p + S);
+    SEGOPS_TRACE_USE();
+    const int64_t base = iclamp(p0, 0, R), end = iclamp(pS, base, R), nnz = end - base;
     // Lanes walk (row, feature vector) pairs q = lane, lane + 32, ... of a row range in order; the pair
     // advances by (32 / nfv rows, 32 % nfv vectors) with a carry, so there is no division per item.
     const int64_t dr = kLanes / nfv, dv = kLanes - dr * nfv;
@@ -107,10 +109,11 @@ template <class Fn, int V> struct Expand : ChunkGrid {
     }
 
     // 2. rows of the chunk's merge-path items, each from its segment
-    const int64_t d0 = ci * W;
+    const int64_t d0 = ci * W, d1 = imin(d0 + W, S + nnz);
     if (S == 0 || d0 >= S + nnz) return;
-    const MergeCoord m0 = merge_path_search(p, S, nnz, d0);
-    const MergeCoord m1 = merge_path_search(p, S, nnz, imin(d0 + W, S + nnz));
+    // 8-ary searches (chunk_grid.cuh); the chunk's end lies at most d1 - d0 segments after its start
+    const MergeCoord m0 = merge_path_search8(p, S, p0, nnz, d0, 0, S);
+    const MergeCoord m1 = merge_path_search8(p, S, p0, nnz, d1, m0.seg, m0.seg + (d1 - d0));
     const int64_t r0 = m0.row, nrows = imax(m1.row - m0.row, 0);
     int64_t s = imin(m0.seg, S - 1);
     for (int64_t r = r_first, v = v_first; r < nrows;) {

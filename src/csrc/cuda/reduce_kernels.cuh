@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunk_grid.cuh"
 #include "cuda/device_primitives.cuh"
@@ -22,13 +23,32 @@ namespace cuda {
 
 // ---- element loaders (reductions read src, or grad * out for the softmax backward) ------------------
 
+// The V features of a row as a lane holds them between their load and their use: in T where that takes fewer
+// registers than A (16-bit inputs and int32 ones, more than one feature: converted where they are used, so that
+// the rows in flight do not hold A-wide copies), else in A (converted at the load, the code as it was: an A[V]
+// used in place; a copy of it moved the float sum's ReduceMain from 80 to 99 registers, 3 -> 2 blocks per SM).
+template <typename T, typename A, int V>
+using Loaded = std::conditional_t<(sizeof(T) < sizeof(A) && V > 1), Vec<T, V>, A[V]>;
+
+// The accumulation values of loaded ones: themselves (A[V]), or converted into tmp (Vec<T, V>).
+template <typename A, int V> SEGOPS_HD const A (&to_acc(const A (&r)[V], A (&)[V]))[V] { return r; }
+template <typename A, typename T, int V> SEGOPS_HD const A (&to_acc(const Vec<T, V>& r, A (&tmp)[V]))[V] {
+SEGOPS_UNROLL
+  for (int j = 0; j < V; ++j) tmp[j] = static_cast<A>(r.v[j]);
+  return tmp;
+}
+
 template <typename T> struct SrcLoad {
   using A = acc_t<T>;
   static constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
   const T* x;
   template <int V> SEGOPS_HD void load(int64_t e, A (&o)[V]) const { load_vec<V>(x, e, o); }
+  template <int V> using Raw = Loaded<T, A, V>;
+  template <int V> SEGOPS_HD void load_raw(int64_t e, A (&r)[V]) const { load_vec<V>(x, e, r); }
+  template <int V> SEGOPS_HD void load_raw(int64_t e, Vec<T, V>& r) const { load_vec<V>(x, e, r.v); }
 };
 
+// g * y, multiplied at the load (the product takes half the registers of its two factors).
 template <typename T> struct ProdLoad {
   using A = acc_t<T>;
   static constexpr int kVec = static_cast<int>(16 / sizeof(T));
@@ -41,17 +61,24 @@ template <typename T> struct ProdLoad {
 SEGOPS_UNROLL
     for (int j = 0; j < V; ++j) o[j] = a[j] * b[j];
   }
+  template <int V> using Raw = A[V];
+  template <int V> SEGOPS_HD void load_raw(int64_t e, A (&r)[V]) const { load<V>(e, r); }
 };
 
 // ---- reduction kernels -----------------------------------------------------------------------------
 
-// Row fetchers: fetch(row, x) fills x[V] with the features of `row` (absolute along dim) this thread owns.
+// Row fetchers: raw(row, x) loads the features of `row` (absolute along dim) this thread owns (as the loader
+// holds them, Loaded), values(x, tmp) gives their V accumulation values where they are used (16-bit inputs stay
+// packed two to a register while their loads are in flight: ReduceMain's 16-bit logsumexp at V = 8 spilled, 40
+// bytes of stack, holding them as floats).
 template <class Load, int V> struct LaneFetch {
   using A = typename Load::A;
+  using Raw = typename Load::template Raw<V>;
   Load load;
   int64_t row_elem0;  // (b * N) * F + f0
   int64_t F;
-  SEGOPS_HD void operator()(int64_t row, A (&x)[V]) const { load.template load<V>(e(row), x); }
+  SEGOPS_HD void raw(int64_t row, Raw& x) const { load.template load_raw<V>(e(row), x); }
+  SEGOPS_HD static const A (&values(const Raw& r, A (&tmp)[V]))[V] { return to_acc(r, tmp); }
   SEGOPS_HD int64_t e(int64_t row) const { return row_elem0 + row * F; }
 };
 
@@ -67,28 +94,32 @@ SEGOPS_UNROLL
   // Wide vectors move 16 bytes per load.
   constexpr int kU = V >= 4 ? 4 : 8;
   for (; r + kU <= count; r += kU) {
-    A x[kU][V];
+    typename Fetch::Raw x[kU];
 SEGOPS_UNROLL
-    for (int u = 0; u < kU; ++u) fetch(row0 + r + u, x[u]);
+    for (int u = 0; u < kU; ++u) fetch.raw(row0 + r + u, x[u]);
     SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
+      A tmp[V];
+      const A(&a)[V] = Fetch::values(x[u], tmp);
 SEGOPS_UNROLL
-      for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row0 + r + u);
+      for (int v = 0; v < V; ++v) Op::step(st[v], a[v], row0 + r + u);
     }
   }
   if (r < count) {  // the last count % kU rows: one more round, not one per row
-    A x[kU][V];
+    typename Fetch::Raw x[kU];
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
-      if (r + u < count) fetch(row0 + r + u, x[u]);
+      if (r + u < count) fetch.raw(row0 + r + u, x[u]);
     }
     SEGOPS_TRACE_USE();
 SEGOPS_UNROLL
     for (int u = 0; u < kU; ++u) {
       if (r + u < count) {
+        A tmp[V];
+        const A(&a)[V] = Fetch::values(x[u], tmp);
 SEGOPS_UNROLL
-        for (int v = 0; v < V; ++v) Op::step(st[v], x[u][v], row0 + r + u);
+        for (int v = 0; v < V; ++v) Op::step(st[v], a[v], row0 + r + u);
       }
     }
   }

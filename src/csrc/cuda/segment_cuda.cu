@@ -2,15 +2,11 @@
 // dispatch key, through the stable ABI.
 //
 // The kernels (per-thread and block functors) and the host drivers that plan and launch them are in
-// the headers beside this file (docs/cuda.md, "Source files"); this file holds what needs CUDA or torch: the generic __global__ launchers, the
-// current stream, workspaces from torch's caching allocator, error reporting, and CudaBackend. Argument
-// checks, outputs and the order of the work are the shared entry points of segment_ops.h (with the
-// [B, N, F] view and dtype dispatch of csr_args.h), so errors read exactly as on the CPU.
-//
-// Stream: aoti_torch_get_current_cuda_stream(device, &stream) from the AOTI C shim (libtorch_cuda),
-// declared under USE_CUDA in torch/csrc/inductor/aoti_torch/c/shim.h and available long before torch
-// 2.10. torch::stable::accelerator::Stream::nativeHandle() would be the stable-API spelling, but it
-// only exists from TORCH_FEATURE_VERSION 2.13, above our 2.10 target.
+// the headers beside this file (docs/cuda.md, "Source files"); what every CUDA op call does on the host is
+// cuda_call.cuh (CudaCall). This file holds the state of the asynchronous error protocol (the per-device error
+// word, the host record, the call tags) and CudaBackend. Argument checks, outputs and the order of the work are
+// the shared entry points of segment_ops.h (with the [B, N, F] view and dtype dispatch of csr_args.h), so
+// errors read exactly as on the CPU.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -29,14 +25,13 @@
 #include <utility>
 #include <vector>
 
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/device.h>
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
 #include "csr_args.h"
+#include "cuda/cuda_call.cuh"
 #include "cuda/drivers.cuh"
 #include "cuda/error_messages.h"
 #include "cuda_plans.h"
@@ -56,29 +51,12 @@
 namespace torch_segops {
 namespace cuda {
 
-// The per-device error word: the smallest invalid indptr position found, tagged by the op call.
+// The per-device error word: the smallest invalid position found, tagged by the op call.
 __device__ u64 g_error_word = kNoError;
 
-constexpr int kThreads = 256;
-
-template <class K>
-__global__ void __launch_bounds__(kThreads) run_kernel(const K k, int64_t n) {
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (tid < n) k(tid);
-}
-
-// Block kernels (block_kernels.cuh): K::kBlock threads, K::Shared in static shared memory; at least
-// K::kMinBlocks resident per SM (caps the registers: 4 x 256 threads -> 64 registers, 32 warps per SM).
-template <class K>
-__global__ void __launch_bounds__(K::kBlock, K::kMinBlocks) run_block_kernel(const K k) {
-  __shared__ typename K::Shared sh;
-  DeviceBlock blk;
-  k(blk, sh);
-}
+// ---- CUDA errors -----------------------------------------------------------------------------------
 
 namespace {
-
-// ---- CUDA errors -----------------------------------------------------------------------------------
 
 GpuInfo gpu_info(int dev) {
   GpuInfo g;
@@ -97,6 +75,8 @@ bool no_usable_code(cudaError_t e) {
   return e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction || ptx_too_new(e);
 }
 
+}  // namespace
+
 [[noreturn]] void throw_cuda(cudaError_t e, const char* op, const char* what) {
   cudaGetLastError();  // clear a non-sticky error so that later, unrelated CUDA calls do not see it
   int dev = -1;
@@ -112,13 +92,12 @@ bool no_usable_code(cudaError_t e) {
   throw std::runtime_error(os.str());
 }
 
-inline void check_cuda(cudaError_t e, const char* op, const char* what) {
-  if (e != cudaSuccess) throw_cuda(e, op, what);
-}
+// ---- the asynchronous error protocol: the word, the record, the tags -----------------------------------
 
-// ---- indptr error reporting --------------------------------------------------------------------------
+namespace {
 
 std::atomic<ErrorRecord*> g_host_record{nullptr};
+std::atomic<uint32_t> g_call_counter{0};
 
 // One record in pinned host memory mapped into every device's address space (allocated on first use).
 ErrorRecord* host_record(const char* op) {
@@ -138,12 +117,18 @@ ErrorRecord* host_record(const char* op) {
   return r;
 }
 
-struct DeviceErrorPtrs {
-  u64* word = nullptr;
-  ErrorRecord* rec = nullptr;
-};
+// Takes the pending error (if any) out of the record; returns false when there is none.
+bool take_error(std::string& message) {
+  ErrorRecord* r = g_host_record.load();
+  if (r == nullptr || __atomic_load_n(&r->code, __ATOMIC_ACQUIRE) == 0) return false;
+  const volatile ErrorRecord* v = r;
+  message = found_error_message(v->op, v->what, v->device, v->pos, v->len, v->rows, v->value, v->prev, v->limit);
+  __atomic_store_n(&r->code, 0, __ATOMIC_RELEASE);
+  return true;
+}
 
-// Device addresses of the error word and record; `dev` must be the current device.
+}  // namespace
+
 DeviceErrorPtrs device_error_ptrs(int dev, const char* op) {
   static std::mutex mu;
   static std::map<int, DeviceErrorPtrs> cache;
@@ -164,24 +149,6 @@ DeviceErrorPtrs device_error_ptrs(int dev, const char* op) {
   return d;
 }
 
-// Takes the pending error (if any) out of the record; returns false when there is none.
-bool take_error(std::string& message) {
-  ErrorRecord* r = g_host_record.load();
-  if (r == nullptr || __atomic_load_n(&r->code, __ATOMIC_ACQUIRE) == 0) return false;
-  const volatile ErrorRecord* v = r;
-  const int32_t op = v->op, device = v->device;
-  const int64_t pos = v->pos, len = v->len, rows = v->rows, value = v->value, prev = v->prev, limit = v->limit;
-  __atomic_store_n(&r->code, 0, __ATOMIC_RELEASE);
-  std::ostringstream os;
-  os << indptr_error_message(op, pos, len, rows, value, prev, limit) << " (found on cuda:" << device
-     << " by the GPU in an earlier call of " << op_names(op).name
-     << ", whose output is unspecified; CUDA ops check indptr asynchronously and report at the next "
-        "torch_segops CUDA call or at torch_segops.check_errors(); set TORCH_SEGOPS_CUDA_SYNC_CHECKS=1 to "
-        "report in the faulty call)";
-  message = os.str();
-  return true;
-}
-
 void raise_pending_error() {
   std::string msg;
   if (take_error(msg)) throw std::runtime_error(msg);
@@ -195,89 +162,11 @@ bool sync_checks() {
   return on;
 }
 
-std::atomic<uint32_t> g_call_counter{0};
+uint32_t next_call_tag() { return call_tag(g_call_counter.fetch_add(1)); }
 
-// ---- one op call: device, stream, workspaces, launches -----------------------------------------------
+namespace {
 
 inline bool aligned16(const void* p) { return aligned_to(p, 16); }
-
-class CudaCall {
- public:
-  CudaCall(const Tensor& like, const char* op, OpId id)
-      : op_(op), id_(id), device_(like.get_device_index()), guard_(device_), like_(like) {
-    raise_pending_error();
-    void* s = nullptr;
-    // (STABLE_TORCH_ERROR_CODE_CHECK only exists from torch 2.13's headers)
-    if (aoti_torch_get_current_cuda_stream(device_, &s) != 0) fail(op_, "cannot get the current CUDA stream of cuda:", device_);
-    stream_ = static_cast<cudaStream_t>(s);
-    ptrs_ = device_error_ptrs(device_, op_);
-    tag_ = g_call_counter.fetch_add(1) & ((1u << kTagBits) - 1);
-  }
-
-  ErrorContext errors(int64_t limit) const { return ErrorContext{{ptrs_.word, ptrs_.rec, tag_, id_, device_, limit}}; }
-
-  // Device memory from torch's caching allocator, alive until this call returns (stream-ordered).
-  void* workspace(size_t bytes) {
-    if (bytes == 0) return nullptr;
-    keep_.push_back(new_tensor(like_, {static_cast<int64_t>(bytes)}, ScalarType::Byte, op_, "a workspace"));
-    return keep_.back().mutable_data_ptr();
-  }
-
-  template <class K> void launch(const K& k, int64_t n) {
-    if (n <= 0) return;
-    const int64_t blocks = ceil_div(n, kThreads);
-    SEGOPS_CHECK(blocks <= 0x7fffffff, op_, "input too large for one CUDA launch (", n, " threads)");
-    run_kernel<K><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(k, n);
-    check_cuda(cudaGetLastError(), op_, "a kernel launch");
-  }
-
-  template <class K> void launch_blocks(const K& k, int64_t blocks) {
-    if (blocks <= 0) return;
-    SEGOPS_CHECK(blocks <= 0x7fffffff, op_, "input too large for one CUDA launch (", blocks, " blocks)");
-    run_block_kernel<K><<<static_cast<unsigned>(blocks), K::kBlock, 0, stream_>>>(k);
-    check_cuda(cudaGetLastError(), op_, "a kernel launch");
-  }
-
-  // gather_csr with size -1: validate indptr and read max(indptr[..., -1]) (one device-to-host copy,
-  // a host synchronisation); an invalid indptr raises here, with the CPU's message.
-  int64_t validate_and_max(const Geometry& g, const Tensor& indptr) {
-    Tensor ws = torch::stable::new_empty(indptr, {2}, ScalarType::Long);
-    torch::stable::fill_(ws, -1.0);  // both words start at ~0
-    u64* w = static_cast<u64*>(ws.mutable_data_ptr());
-    launch_validate(*this, g, errors(-1).with_word(w), w + 1, Tuning());
-    const Tensor host = torch::stable::to(ws, torch::stable::Device(torch::headeronly::DeviceType::CPU));
-    const u64* hv = static_cast<const u64*>(host.const_data_ptr());
-    if (hv[0] != kNoError) {
-      const int64_t pos = static_cast<int64_t>(hv[0] >> kTagBits), len = g.S + 1;
-      const int64_t first = pos % len != 0 ? pos - 1 : pos;
-      Tensor flat = torch::stable::reshape(indptr, {g.indptr_rows * len});
-      const Tensor vals = torch::stable::to(torch::stable::narrow(flat, 0, first, pos - first + 1),
-                                            torch::stable::Device(torch::headeronly::DeviceType::CPU));
-      const int64_t* pv = static_cast<const int64_t*>(vals.const_data_ptr());
-      const int64_t value = pv[pos - first], prev = pos != first ? pv[0] : 0;
-      throw std::runtime_error(indptr_error_message(id_, pos, len, g.indptr_rows, value, prev, -1));
-    }
-    return static_cast<int64_t>(~hv[1]);
-  }
-
-  // TORCH_SEGOPS_CUDA_SYNC_CHECKS=1: wait for this call's kernels and report its indptr error now.
-  void finish() {
-    if (!sync_checks()) return;
-    check_cuda(cudaStreamSynchronize(stream_), op_, "cudaStreamSynchronize (TORCH_SEGOPS_CUDA_SYNC_CHECKS)");
-    raise_pending_error();
-  }
-
- private:
-  const char* op_;
-  OpId id_;
-  int device_;
-  torch::stable::accelerator::DeviceGuard guard_;
-  Tensor like_;
-  cudaStream_t stream_ = nullptr;
-  DeviceErrorPtrs ptrs_;
-  uint32_t tag_ = 0;
-  std::vector<Tensor> keep_;
-};
 
 // ---- shapes --------------------------------------------------------------------------------------------
 
@@ -356,9 +245,18 @@ struct CudaBackend {
   const char* op;
   CudaCall call;
   const Geometry g;
+  PublishOnAbort<CudaCall, Publish> guard{call};
   Publish pub;  // gather: how the expansion learns of an invalid indptr found by the validation before it
 
   CudaBackend(const CsrArgs& a, OpId id) : op(op_names(id).name), call(a.src, op, id), g(make_geometry(a, op)) {}
+
+  // This call's slot of the error word for a kernel that validates indptr (limit: the bound of its last
+  // offset); from now on the call's end publishes it, normally or not (PublishOnAbort).
+  ErrorContext errors(int64_t limit) {
+    const ErrorContext ec{call.slot(limit)};
+    guard.arm(ec.publish(g));
+    return ec;
+  }
 
   // The plans this process allows (TORCH_SEGOPS_CUDA_PLANS, torch_segops.set_cuda_plans); read per call, so a
   // change takes effect at the next one.
@@ -372,7 +270,7 @@ struct CudaBackend {
 
   template <class Op, class Load, class OutT>
   void reduce_with(const Load& load, OutT* out, int64_t* arg, int64_t limit, bool in_aligned) {
-    count_cuda_plan(run_reduce<Op>(call, g, load, out, arg, call.errors(limit), in_aligned, tuning()));
+    count_cuda_plan(run_reduce<Op>(call, g, load, out, arg, errors(limit), in_aligned, tuning()));
   }
 
   Tensor output(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
@@ -380,14 +278,14 @@ struct CudaBackend {
     return output_for(like, sizes, dtype, given, op, name);
   }
 
-  // Nothing to do before the kernels: each checks the offsets it reads (call.errors), asynchronously.
+  // Nothing to do before the kernels: each checks the offsets it reads (errors()), asynchronously.
   void check_indptr(const CsrArgs&, int64_t, const char*) const {}
 
   // With size -1 the offsets are validated and max(indptr[..., -1]) read back now (a host sync); else
   // the validation runs before the expansion, which it tells of an invalid indptr (pub).
   int64_t gather_rows(const CsrArgs& a, int64_t size, const char*) {
-    if (size < 0) return call.validate_and_max(g, a.indptr);
-    const ErrorContext ec = call.errors(size);
+    if (size < 0) return validate_and_max(a.indptr);
+    const ErrorContext ec = errors(size);
     launch_validate(call, g, ec, nullptr, Tuning());
     pub = ec.publish(g);
     return size;
@@ -434,9 +332,34 @@ struct CudaBackend {
     });
   }
 
-  void finish() { call.finish(); }
+  void finish() {
+    guard.disarm();
+    call.finish();
+  }
 
  private:
+  // gather_csr with size -1: validate indptr and read max(indptr[..., -1]) (one device-to-host copy,
+  // a host synchronisation); an invalid indptr raises here, with the CPU's message.
+  int64_t validate_and_max(const Tensor& indptr) {
+    Tensor ws = torch::stable::new_empty(indptr, {2}, ScalarType::Long);
+    torch::stable::fill_(ws, -1.0);  // both words start at ~0
+    u64* w = static_cast<u64*>(ws.mutable_data_ptr());
+    launch_validate(call, g, ErrorContext{call.slot(-1)}.with_word(w), w + 1, Tuning());
+    const Tensor host = torch::stable::to(ws, torch::stable::Device(torch::headeronly::DeviceType::CPU));
+    const u64* hv = static_cast<const u64*>(host.const_data_ptr());
+    if (hv[0] != kNoError) {
+      const int64_t pos = static_cast<int64_t>(hv[0] >> kTagBits), len = g.S + 1;
+      const int64_t first = pos % len != 0 ? pos - 1 : pos;
+      Tensor flat = torch::stable::reshape(indptr, {g.indptr_rows * len});
+      const Tensor vals = torch::stable::to(torch::stable::narrow(flat, 0, first, pos - first + 1),
+                                            torch::stable::Device(torch::headeronly::DeviceType::CPU));
+      const int64_t* pv = static_cast<const int64_t*>(vals.const_data_ptr());
+      const int64_t value = pv[pos - first], prev = pos != first ? pv[0] : 0;
+      throw std::runtime_error(indptr_error_message(call.id(), pos, len, g.indptr_rows, value, prev, -1));
+    }
+    return static_cast<int64_t>(~hv[1]);
+  }
+
   // Softmax and its backward: per-segment statistics (Op's results over `load`'s rows, [B, S, F]: an
   // acc_t<T>, or a whole state for StateResult), then every row of `result` from its segment's statistic
   // (make_fn(stats) -> an expansion functor). in_aligned: load's pointers are 16-byte aligned (and so are
