@@ -259,41 +259,16 @@ def test_cuobjdump_listing_parser():
 
 # cuobjdump 13.2 --dump-resource-usage and --extract-elf all --extract-ptx all of a library built for
 # 75-real;90 with --compress-mode=size, its PTX left uncompressed (format of the real tool)
-_RES_USAGE = """
-Fatbin elf code:
-================
-arch = sm_75
-code version = [1,8]
-host = linux
-compile_size = 64bit
-compressed
+def _dump_header(kind: str, arch: str, compressed: bool) -> str:
+    return (f"\nFatbin {kind} code:\n================\narch = {arch}\ncode version = [1,8]\nhost = linux\n"
+            "compile_size = 64bit\n" + ("compressed\n" if compressed else ""))
 
-Resource usage:
- Common:
-  GLOBAL:0
- Function _Z1kPfi:
-  REG:8 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:364 TEXTURE:0 SURFACE:0 SAMPLER:0
 
-Fatbin elf code:
-================
-arch = sm_90a
-code version = [1,8]
-host = linux
-compile_size = 64bit
-compressed
-
-Resource usage:
- Function compressed:
-  REG:8 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:540 TEXTURE:0 SURFACE:0 SAMPLER:0
-
-Fatbin ptx code:
-================
-arch = sm_90
-code version = [9,0]
-host = linux
-compile_size = 64bit
-ptxasOptions = 
-"""
+_RES_USAGE = (_dump_header("elf", "sm_75", True) + "\nResource usage:\n Common:\n  GLOBAL:0\n Function _Z1kPfi:\n"
+              "  REG:8 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:364 TEXTURE:0 SURFACE:0 SAMPLER:0\n"
+              + _dump_header("elf", "sm_90a", True) + "\nResource usage:\n Function compressed:\n"
+              "  REG:8 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:540 TEXTURE:0 SURFACE:0 SAMPLER:0\n"
+              + _dump_header("ptx", "sm_90", False) + "ptxasOptions = \n")
 _EXTRACTED = """Extracting ELF file    1: libk.1.sm_75.cubin
 Extracting ELF file    2: libk.2.sm_90a.cubin
 Extracting PTX file and ptxas options    1: libk.1.sm_90.ptx -arch=sm_90 
