@@ -3,7 +3,7 @@ table agrees with the CUDA toolkits themselves (nvcc's crt/host_config.h, ptxas'
 
 Needs: pyyaml, py-rattler (conda MatchSpec parsing). The CUDA 12.9 checks download the
 nvidia-cuda-nvcc-cu12==12.9.86 wheel from PyPI once into a cache directory
-($TORCH_SEGOPS_CACHE_DIR, default ~/.cache/torch-segops) and skip, saying why, when they cannot.
+($TORCH_SEGOPS_CACHE, default ~/.cache/torch-segops) and skip, saying why, when they cannot.
 The CUDA 13.0 checks use the local toolkit (/usr/local/cuda or $CUDA_HOME) when it is 13.0.
 """
 
@@ -21,7 +21,7 @@ import pytest
 
 from doctor_module import load_doctor
 
-from tools import check_cuda_build as ccb
+from tools import cuda_old_archs, cuda_toolchain
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read environments/*.yml and data/compat.yaml")
 
@@ -403,7 +403,7 @@ def test_cuda_13_0_toolkit_matches_table():
 def _nvcc_12_9() -> Path:
     """host_config.h and ptxas of the CUDA 12.9 nvcc wheel (downloaded once) in the cache."""
     try:
-        return Path(ccb.nvcc12_wheel_dir())
+        return Path(cuda_old_archs.nvcc12_wheel_dir())
     except RuntimeError as e:
         pytest.skip(f"{e}: the CUDA 12.9 row is not checked")
 
@@ -433,7 +433,7 @@ GENERATION_CC = {"Maxwell": (5, 0), "Pascal": (6, 0), "Volta": (7, 0), "Turing":
 
 
 def arch_row(cuda: str) -> list[str]:
-    row = ccb.default_archs(cuda)
+    row = cuda_toolchain.default_archs(cuda)
     assert row, f"cmake/cuda_architectures.txt has no row for nvcc {cuda}"
     return row.split(";")
 
@@ -471,7 +471,7 @@ def test_doctor_oldest_arch_is_the_rows_oldest():
 def test_docs_cuda_table_repeats_the_rows():
     text = (ROOT / "docs" / "cuda.md").read_text()
     table = re.findall(r"^\| [\d.]+(?: - [\d.]+|\.x) \| `([^`]+)` \|$", text, re.M)
-    assert table == [archs for _, archs in ccb.arch_table()], "docs/cuda.md's table differs from cmake/cuda_architectures.txt"
+    assert table == [archs for _, archs in cuda_toolchain.arch_table()], "docs/cuda.md's table differs from cmake/cuda_architectures.txt"
 
 
 def test_readme_lists_each_packages_architectures():

@@ -31,12 +31,12 @@ import subprocess
 
 import pytest
 
-from tools import check_cuda_build as ccb
+from tools import cuda_linkage, cuda_toolchain
 from tools import torch_wheels as tw
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-NVCC = ccb.find_nvcc()
+NVCC = cuda_toolchain.find_nvcc()
 _spec = importlib.util.find_spec("torch")
 INSTALLED = list(_spec.submodule_search_locations)[0] if _spec and _spec.submodule_search_locations else None
 OLDEST_MINOR = ".".join(tw.OLDEST.split(".")[:2])
@@ -119,7 +119,7 @@ def test_every_shim_symbol_is_exported_by_oldest_libtorch(built, oldest):
     out = subprocess.run(["nm", "-D", "--defined-only", os.path.join(oldest, "lib", "libtorch_cpu.so")],
                          capture_output=True, text=True, check=True).stdout
     defined = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
-    used = {s for s, v in ccb.undefined_symbols(str(lib)) if not v and re.match(r"^(aoti_torch_|torch_)", s)}
+    used = {s for s, v in cuda_linkage.undefined_symbols(str(lib)) if not v and re.match(r"^(aoti_torch_|torch_)", s)}
     assert used, "the library uses no torch shim symbol?"
     assert used - defined <= {"aoti_torch_get_current_cuda_stream"}, used - defined
 

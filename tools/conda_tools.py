@@ -295,13 +295,13 @@ def inspect_package(pkg: PackageInfo, variant: dict, archs: str | None = None) -
     lib = pkg.root / "site-packages" / "torch_segops" / "_C.so"
     facts = {"variant": name, "depends": depends, "bytes": pkg.size, "files": len(pkg.paths)}
     if name != "cpu":
-        from tools import check_cuda_build as ccb
+        from tools.check_cuda_build import inspect
+        from tools.cuda_toolchain import default_archs
         if archs is None:
-            archs = ccb.default_archs(str(variant["cuda_compiler_version"]))
-        lib_facts = ccb.inspect(str(lib), archs)
+            archs = default_archs(str(variant["cuda_compiler_version"]))
+        lib_facts = inspect(str(lib), archs)
         problems += lib_facts["problems"]
         facts.update(archs=archs, needed=lib_facts["needed"], fatbin_bytes=lib_facts["fatbin_bytes"],
-                     fatbin=sorted({f"{e['kind']}:{e['arch']}" for e in lib_facts["entries"]}),  # one fatbin per .cu
-                     cuobjdump=lib_facts["cuobjdump"])
+                     fatbin=sorted({f"{e['kind']}:{e['arch']}" for e in lib_facts["entries"]}))  # one fatbin per .cu
     facts["problems"] = problems
     return facts

@@ -147,19 +147,20 @@ def build_library(build_dir: Path, torch_dir: Path, *, cuda_archs: str | None = 
                   jobs: int | None = None) -> tuple[Path, str, float]:
     """Configures and builds _C.so with CMake against the torch tree `torch_dir` (headers, libtorch_cpu),
     with stable-ABI target `target`; with `cuda_archs` the CUDA sources too (nvcc found as
-    check_cuda_build finds it; without libtorch_cuda in the tree CMake links its stub). no_undefined
+    cuda_toolchain finds it; without libtorch_cuda in the tree CMake links its stub). no_undefined
     links with -Wl,--no-undefined: every symbol the library uses must then be defined by the libraries it
     links (libtorch_cpu of that torch, the stub, cudart, the C/C++ runtime). Returns (library, log, s).
     Raises RuntimeError with the build's output when it fails."""
     import time
-    from tools import check_cuda_build as ccb
-    jobs = jobs or ccb.build_jobs()
+    from tools.cuda_build import build_jobs
+    from tools.cuda_toolchain import find_nvcc
+    jobs = jobs or build_jobs()
     d = {"TORCH_SEGOPS_TORCH_DIR": str(torch_dir), "TORCH_SEGOPS_TORCH_TARGET": target,
          "CMAKE_BUILD_TYPE": "Release"}
     if no_undefined:
         d["CMAKE_SHARED_LINKER_FLAGS"] = "-Wl,--no-undefined"
     if cuda_archs:
-        nvcc = ccb.find_nvcc()
+        nvcc = find_nvcc()
         if not nvcc:
             raise RuntimeError("nvcc not found (set CUDACXX or CUDA_HOME, or put nvcc on PATH)")
         d.update(TORCH_SEGOPS_WITH_CUDA="ON", CMAKE_CUDA_COMPILER=nvcc, CMAKE_CUDA_ARCHITECTURES=cuda_archs,

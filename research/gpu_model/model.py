@@ -49,8 +49,8 @@ sizes, 2^26 elements):
    the fit on the other 39). The constants are below (CALIBRATION); README.md (here) gives the fit. The column
    "bank conflicts" is the predicted time over the time with conflict-free shared-memory accesses, less 1.
 
-Traces are cached under $GPU_MODEL_CACHE (default ~/.cache/torch_segops_gpu_model), keyed by the kernel
-sources; the first full run takes a few minutes on 2 cores.
+Traces are cached in gpu-model/ of the cache folder ($TORCH_SEGOPS_CACHE, default ~/.cache/torch-segops), keyed
+by the kernel sources; the first full run takes a few minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ def source_hash(files=SOURCES, root: str = REPO) -> str:
 
 
 def cache_dir() -> str:
-    d = os.environ.get("GPU_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "torch_segops_gpu_model")
+    from tools.conda_tools import cache_dir as cache_root
+    d = str(cache_root() / "gpu-model")
     os.makedirs(d, exist_ok=True)
     return d
 
@@ -274,31 +275,11 @@ def resource_table(ptxas_log: str, sass: str | None) -> dict:
 
 
 def parse_ptxas(log: str) -> dict:
-    """{mangled entry: {"regs", "smem", "stack", "spill_st", "spill_ld"}} from `ptxas -v` output. The stack line
-    follows "Function properties for NAME" (device functions that are not entries have their own; skipped)."""
-    res, cur, props = {}, None, None
-    for line in log.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)'", line)
-        if m:
-            cur = m.group(1)
-            res[cur] = {"regs": 0, "smem": 0, "stack": 0, "spill_st": 0, "spill_ld": 0}
-            continue
-        m = re.search(r"Function properties for (\S+)", line)
-        if m:
-            props = m.group(1) if m.group(1) in res else None
-            continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and props:
-            res[props].update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
-            continue
-        if cur:
-            m = re.search(r"Used (\d+) registers", line)
-            if m:
-                res[cur]["regs"] = int(m.group(1))
-            m = re.search(r"(\d+) bytes smem", line)
-            if m:
-                res[cur]["smem"] = int(m.group(1))
-    return res
+    """{mangled entry: {"regs", "smem", "stack", "spill_st", "spill_ld"}} from `ptxas -v` output of one arch
+    (tools/ptxas_resources.py reads it)."""
+    from tools.ptxas_resources import parse_ptxas as rows
+    return {r.kernel: {"regs": r.registers, "smem": r.smem, "stack": r.stack, "spill_st": r.spill_stores,
+                       "spill_ld": r.spill_loads} for r in rows(log)}
 
 
 def disassemble(cubin: str, nvcc: str) -> str | None:
@@ -359,8 +340,8 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
     if os.path.exists(cached) and not refresh:
         with open(cached) as fh:
             return json.load(fh)["kernels"]
-    from tools import check_cuda_build as ccb
-    nvcc = ccb.find_nvcc()  # tools/check_cuda_build.py's search
+    from tools.cuda_toolchain import find_nvcc
+    nvcc = find_nvcc()
     if nvcc is None:
         if saved is None:
             raise RuntimeError("no nvcc and no saved kernel resources: cannot compute occupancy")

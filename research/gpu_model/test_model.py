@@ -18,15 +18,15 @@ torch = pytest.importorskip("torch")
 def tracer(tmp_path_factory):
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
-    old = os.environ.get("GPU_MODEL_CACHE")
-    os.environ["GPU_MODEL_CACHE"] = str(tmp_path_factory.mktemp("gpu_model_cache"))
+    old = os.environ.get("TORCH_SEGOPS_CACHE")
+    os.environ["TORCH_SEGOPS_CACHE"] = str(tmp_path_factory.mktemp("gpu_model_cache"))
     try:
         yield gpu_model.build_tracer()
     finally:
         if old is None:
-            del os.environ["GPU_MODEL_CACHE"]
+            del os.environ["TORCH_SEGOPS_CACHE"]
         else:
-            os.environ["GPU_MODEL_CACHE"] = old
+            os.environ["TORCH_SEGOPS_CACHE"] = old
 
 
 def run_trace(exe, tmp_path, op, dtype, feat, lengths):
