@@ -8,7 +8,8 @@ version.py are unpacked). The library is linked with -Wl,--no-undefined against 
 
 Checked: the result is an aarch64 ELF64 shared object; its NEEDED entries are libtorch_cpu and the C/C++
 runtime only (no CUDA, no x86 loader); the CPU kernels exist once, for the portable "baseline" path (GCC
-vector extensions, which GCC lowers to NEON/ASIMD on aarch64): no AVX2 copy, no -mavx2 flag anywhere, and
+vector extensions: GCC makes NEON instructions of their arithmetic but compares and selects them lane by lane,
+see docs/conda.md): no AVX2 copy, no -mavx2 flag anywhere, and
 build_info says cpu_isas "baseline". The op tests under qemu-user are run by tools/aarch64_qemu.py (not in
 CI: an emulated torch is slow); see docs/conda.md, "linux-aarch64".
 """
