@@ -111,3 +111,27 @@ def test_every_results_file_is_reachable_from_the_readme():
     unreachable = [str(p.relative_to(ROOT)) for p in sorted(RESULTS.rglob("*"))
                    if p.is_file() and p.suffix in (".md", ".png") and p.resolve() not in reached]
     assert not unreachable, f"not reachable from README.md by links: {unreachable}"
+
+
+def test_plots_read_the_recorded_tables():
+    """benchmarks/plots.py reads the results files it plots (standard library only), row for row."""
+    from benchmarks import plots
+
+    for name, (fn, src) in plots.PLOTS_FROM.items():
+        assert (RESULTS / src).is_file(), f"{name} reads {src}, which is missing"
+    rows = plots.cpu_bandwidth_rows(RESULTS / "cpu-2core-2026-11-24-quiet.md")
+    assert len(rows) == 14 and rows[0] == ("2M x 64 sum", 36.8, 43.9, 84.0), rows[0]
+    ratios = plots.scatter_ratio_rows(RESULTS / "coo-scatter-cpu-2core-2026-11-25.md")
+    assert len(ratios) == 30 and ratios[0] == ("1M x 64 sorted segment_coo sum", 0.62), ratios[0]
+    assert plots.number("1.89x (scatter_reduce_) [1.82x-2.52x]") == 1.89
+
+
+def test_plots_draw(tmp_path):
+    """Each plot draws from its results file (matplotlib is the benchmarks' optional dependency)."""
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional, benchmarks only): plots not drawn")
+    from benchmarks import plots
+
+    assert plots.main(["--out", str(tmp_path)]) == 0
+    for name in plots.PLOTS_FROM:
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 200_000, (name, len(data))
