@@ -135,3 +135,24 @@ def test_plots_draw(tmp_path):
     for name in plots.PLOTS_FROM:
         data = (tmp_path / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 200_000, (name, len(data))
+
+
+def test_descriptions_name_the_whole_api():
+    """The README's first paragraph, pyproject.toml's description and the recipes' description name every
+    family of the API (issue #41: they said "segment_csr (sum, mean, min, max)" long after COO and scatter)."""
+    import tomllib
+
+    import yaml
+
+    families = ("CSR", "COO", "gather", "scatter", "mul", "softmax", "logsumexp", "pytorch_scatter")
+    readme = (ROOT / "README.md").read_text().split("\n\n")[1]
+    texts = {"README.md's first paragraph": readme,
+             "pyproject.toml": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"]}
+    for recipe in ("recipe/recipe.yaml", "recipe-v0/meta.yaml"):
+        about = re.search(r"^about:\n((?:  .*\n|\n)*)", (ROOT / recipe).read_text(), re.M).group(1)
+        texts[recipe] = yaml.safe_load(about)["description"]
+    for where, text in texts.items():
+        missing = [f for f in families if f not in text]
+        assert not missing, f"{where} does not name {missing}"
+    for name in ("scatter_std", "scatter_log_softmax", "install_as_torch_scatter", "PyTorch Geometric", "segment_coo"):
+        assert name in readme, f"README.md's first paragraph does not name {name}"
