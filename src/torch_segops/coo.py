@@ -1,13 +1,14 @@
 """pytorch_scatter's COO segment functions: ``segment_coo``, ``segment_{sum,add,mean,min,max}_coo`` and
-``gather_coo``, over the CSR kernels.
+``gather_coo``.
 
 ``index`` holds the output segment of every row of ``src`` along ``dim = index.dim() - 1`` and is
 sorted along that dim; its leading dims broadcast against ``src`` (size 1 or equal), and a size-1 last
-dim broadcasts over ``src.size(dim)``. ``torch.ops.torch_segops.index_to_indptr`` turns it into CSR
-offsets (one native pass that validates it; no host synchronisation on the GPU when the output size is
-known), then the CSR ops reduce, so results, gradients, determinism, fake kernels and torch.compile
-support are theirs. ``gather_coo`` on the CPU is one pass of its own (``gather_index``: each row copied
-as its index is read and checked), faster than offsets + ``gather_csr`` (benchmarks/bench_coo.py).
+dim broadcasts over ``src.size(dim)``. The reductions are the scatter ops with ``sorted=True``
+(``torch.ops.torch_segops.scatter_<name>``: one pass over index and src that validates the index and
+reduces, with no CSR offsets, so no memory in proportion to the output size beyond the output; the
+results are bitwise those of the CSR ops on the offsets of the index). ``gather_coo`` on the CPU is one
+pass of its own (``gather_index``: each row copied as its index is read and checked), faster than offsets +
+``gather_csr`` (benchmarks/bench_coo.py).
 
 Output size along dim: ``out.size(dim)``, else ``dim_size``, else ``max(index) + 1`` (read from index:
 a host synchronisation on the GPU). With ``out=`` the COO reductions reduce into what ``out`` already
@@ -24,10 +25,10 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._arguments import check_same_device, size_arg
+from ._arguments import check_index_dtype, check_index_values, check_same_device, size_arg
 from ._coo_kernel import index_offsets
-from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, segment_lengths, sum_then_divide,
-                          sums_integers_then_divides)
+from ._reductions import (combine_rule, divide_by_counts, reduction_of, run_scatter, run_scatter_plan, segment_lengths,
+                          sums_integers_then_divides, target_counts)
 from .ops import _check_index_types, _check_out, _check_type, _reduced_shape, _rows_of_out, _write_out
 
 _ops = torch.ops.torch_segops
@@ -51,14 +52,15 @@ def _check_index_args(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor]
     return dim
 
 
-def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
-    """CSR offsets of a sorted COO index (leading dims broadcast as in pytorch_scatter)."""
+def _coo_rows(fn: str, src: Tensor, index: Tensor) -> Tensor:
+    """A sorted COO index with one entry per row of src along dim (leading dims broadcast as in pytorch_scatter)."""
     dim = _check_index_args(fn, src, index, None, True)
+    check_index_dtype(fn, index)
     if index.size(dim) != src.size(dim):  # one index for every row along dim
         shape: List[int] = list(index.shape)
         shape[dim] = src.size(dim)
         index = index.expand(shape)
-    return index_offsets(index, size, True)
+    return index
 
 
 def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int]) -> int:
@@ -101,34 +103,53 @@ def _reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n
     return out.copy_(torch.where(better, values, out)), arg
 
 
-def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
-    """Positions among rows taken in the order perm ([*lead, n]; arg n for empty segments) -> positions
-    in the original src (used by scatter, which reduces src's rows in sorted order)."""
-    if n == 0:
-        return arg
-    shape: List[int] = list(perm.shape) + [1] * (arg.dim() - dim - 1)
-    full: List[int] = list(arg.shape[:dim]) + [n] + list(arg.shape[dim + 1:])
-    picked = perm.reshape(shape).expand(full).gather(dim, arg.clamp(max=n - 1))
-    return torch.where(arg == n, arg, picked)
+def _by_index(fn: str, src: Tensor, index: Tensor, size: int, reduce: str, sorted: bool,
+              caller_index: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """run_scatter of ``index`` ([*lead, n]); for a value out of range when ``caller_index`` is given, the error
+    names its position there (the public wrapper names ``fn``: _errors.py)."""
+    if not torch.jit.is_scripting():
+        return _by_index_positioned(fn, src, index, size, reduce, sorted, caller_index)
+    if caller_index is not None:  # scripted (no try statement): the values are checked first
+        check_index_values(fn, caller_index, size)
+    return run_scatter(src, index, size, reduce, sorted)
 
 
-def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, rounding: str,
-                perm: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """The CSR reduction of the COO and scatter functions: (values, arg), reduced into ``out`` when given.
-    Integer mean divides with ``rounding``; ``perm``: src's rows are a permutation of the caller's (arg
-    is mapped back)."""
-    dim = indptr.dim() - 1
+def _by_index_positioned(fn: str, src: Tensor, index: Tensor, size: int, reduce: str, sorted: bool,
+                         caller_index: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    # eager only: TorchScript compiles no try statement
+    try:
+        return run_scatter(src, index, size, reduce, sorted)
+    except RuntimeError as e:
+        if caller_index is not None and str(e).startswith("torch_segops: index must"):
+            check_index_values(fn, caller_index, size)  # the error path only: the caller's position
+        raise
+
+
+def _reduce_by_index(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Tensor], reduce: str,
+                     rounding: str, sorted: bool, caller_index: Optional[Tensor], perm: Optional[Tensor] = None,
+                     indptr: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """The COO and scatter reductions by an index (one pass, no offsets: the ops scatter_<name>), or along a
+    scatter plan (perm and indptr given: scatter_<name>_plan): (values, arg), reduced into ``out`` when given.
+    Integer mean divides with ``rounding``."""
+    dim = index.dim() - 1
     n = src.size(dim)
     integer = not src.is_floating_point() and not src.is_complex()
     rule = combine_rule(reduce)
-    if out is None and integer and sums_integers_then_divides(reduce):
-        return sum_then_divide(src, indptr, rounding), indptr.new_empty([0])
-    if out is not None and rule == "mean":  # the sum now, divided by the counts after out's values are added
-        total = _ops.segment_sum(src, indptr)
-        return _reduce_into(fn, out, rule, total, indptr.new_empty([0]), n, segment_lengths(indptr, total), rounding)
-    values, arg = run(src, indptr, reduce)
-    if perm is not None and has_arg(reduce):
-        arg = _original_arg(arg, perm, dim, n)
+    what = reduce
+    if (out is None and integer and sums_integers_then_divides(reduce)) or (out is not None and rule == "mean"):
+        what = "sum"  # divided by the counts here, after out's values are added
+    if perm is not None and indptr is not None:
+        values, arg = run_scatter_plan(src, perm, indptr, what)
+    else:
+        values, arg = _by_index(fn, src, index, size, what, sorted, caller_index)
+    if what != reduce:
+        if perm is not None and indptr is not None:
+            counts = segment_lengths(indptr, values)
+        else:
+            counts = target_counts(index, values)
+        if out is None:
+            return divide_by_counts(values, counts, rounding), arg
+        return _reduce_into(fn, out, rule, values, arg, n, counts, rounding)
     if out is None:
         return values, arg
     return _reduce_into(fn, out, rule, values, arg, n, values, rounding)
@@ -137,7 +158,7 @@ def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], red
 def _segment_coo(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
                  reduce: str) -> Tuple[Tensor, Tensor]:
     size = _output_size(fn, src, index, out, dim_size)
-    return _reduce_csr(fn, src, _coo_indptr(fn, src, index, size), out, reduce, "trunc")
+    return _reduce_by_index(fn, src, _coo_rows(fn, src, index), size, out, reduce, "trunc", True, None)
 
 
 def segment_sum_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
