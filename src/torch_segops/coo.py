@@ -63,10 +63,18 @@ def _coo_rows(fn: str, src: Tensor, index: Tensor) -> Tensor:
     return index
 
 
+def _size_in_int64(fn: str, dim_size):
+    """Eager only: dim_size as size_arg gives it, refused with its name when an op could not take it (int64)."""
+    dim_size = size_arg(fn, "dim_size", dim_size)
+    if isinstance(dim_size, int) and dim_size > 2**63 - 1:
+        raise ValueError(f"torch_segops.{fn}: dim_size = {dim_size} is too large (more than 2**63 - 1 rows)")
+    return dim_size
+
+
 def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int]) -> int:
     """Rows of the output along dim: out.size(dim), else dim_size, else -1 (read max(index) + 1)."""
     if not torch.jit.is_scripting():
-        dim_size = size_arg(fn, "dim_size", dim_size)
+        dim_size = _size_in_int64(fn, dim_size)
         if out is not None:
             _check_type(fn, "out", out)
     if out is not None:

@@ -27,7 +27,7 @@ from torch import Tensor
 from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
 from ._coo_kernel import index_offsets
 from ._reductions import combine_rule, has_arg, reduction_of
-from .coo import _reduce_by_index, _reduce_into
+from .coo import _reduce_by_index, _reduce_into, _size_in_int64
 from .ops import _check_index_types, _check_type, _rows_of_out
 
 
@@ -164,7 +164,7 @@ def _eager_arg_types(fn: str, src, index, dim, out, dim_size) -> Tuple[int, Opti
     """Eager only (TorchScript types the arguments itself): tensors are tensors, dim and dim_size integers
     (numpy's too); returns (dim, dim_size) as Python ints."""
     _check_index_types(fn, src, index, out)
-    return dim_arg(fn, dim), size_arg(fn, "dim_size", dim_size)
+    return dim_arg(fn, dim), _size_in_int64(fn, dim_size)
 
 
 def _dim_and_size(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],

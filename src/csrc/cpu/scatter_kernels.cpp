@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "index_args.h"
 #include "index_math.h"
 #include "merge_path.h"
+#include "platform.h"
 #include "reducers.h"
 #include "tensor_ptr.h"
 
@@ -39,6 +42,54 @@ constexpr int64_t kMaxBucketTargets = 1 << 16;  // targets per range: a target's
 constexpr int64_t kBucketRows = 1 << 15;        // rows a range holds on average (its records stay in L2)
 constexpr int64_t kCarryBytes = 16;             // rows of at most this many bytes travel with the partition
 const int64_t kZero = 0;                        // the one batch offset of a single indptr row
+
+// DEV ONLY (tuning): a parameter from the environment
+inline int64_t dev_param(const char* name, int64_t dflt) {
+  static thread_local const char* last = nullptr;
+  (void)last;
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : dflt;
+}
+
+// body(i0, i1) over [0, n) in pieces of `grain`, each taken by whichever thread is free (threads of a busy
+// machine do not wait for one that was descheduled); the results never depend on who took what.
+// Each thread's calls share one State (its scratch), made where it runs.
+template <class State, class Body> void parallel_dynamic(int64_t n, int64_t grain, const Body& body) {
+  const int64_t threads = std::min<int64_t>(std::max<int64_t>(1, torch::stable::get_num_threads()), ceil_div(n, grain));
+  std::atomic<int64_t> next{0};
+  auto run = [&](int64_t, int64_t) {
+    State state;
+    for (int64_t i = next.fetch_add(grain); i < n; i = next.fetch_add(grain)) body(state, i, std::min(n, i + grain));
+  };
+  if (threads <= 1) return run(0, 1);
+  torch::stable::parallel_for(0, threads, 1, run);
+}
+
+// ---- scratch --------------------------------------------------------------------------------------
+
+// n elements of scratch, not zeroed (every element is written before it is read); a large one asks for
+// huge pages, as outputs do (cpu/fresh_output.h): its first writes are otherwise a page fault per 4 KiB.
+template <typename X> class Buffer {
+ public:
+  explicit Buffer(int64_t n) : p_(n > 0 ? new X[static_cast<size_t>(n)] : nullptr) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(X);
+    if (bytes >= (size_t{8} << 20)) platform::advise_huge_pages(p_.get(), bytes);
+  }
+  X* data() const { return p_.get(); }
+  X& operator[](int64_t i) const { return p_[static_cast<size_t>(i)]; }
+
+ private:
+  std::unique_ptr<X[]> p_;
+};
+
+// A row of F elements (a short one: rows that travel with the partition hold at most kCarryBytes).
+template <typename T> inline void copy_row(T* to, const T* from, int64_t F) {
+  if (F == 1) {
+    *to = *from;
+    return;
+  }
+  for (int64_t f = 0; f < F; ++f) to[f] = from[f];
+}
 
 // ---- where the rows are ---------------------------------------------------------------------------
 
@@ -127,45 +178,47 @@ template <typename I> struct SortedIndexSegments {
     bad->store(true, std::memory_order_relaxed);
     return {false, {0, 0}, {0, 0}, nullptr};
   }
+  // The first j in [lo, hi) with j + x[j] >= d (hi if none; a sorted index makes j + x[j] increase).
+  static int64_t first_at(const I* r, int64_t lo, int64_t hi, int64_t d) {
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (mid + static_cast<int64_t>(r[mid]) < d) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
   Cut cut(int64_t b, int64_t c, int64_t d0, int64_t d1, const MergeCoord* from, int64_t,
           std::vector<int64_t>& q) const {
     if (bad->load(std::memory_order_relaxed)) return {false, {0, 0}, {0, 0}, nullptr};
     const I* r = xr(b);
-    int64_t r0;
-    if (from != nullptr) {
-      r0 = from->row;
-    } else {  // the first j with j + x[j] >= d0 (a sorted index makes j + x[j] increase)
-      int64_t lo = 0, hi = std::min(N, d0);
-      while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (mid + static_cast<int64_t>(r[mid]) < d0) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
-      r0 = lo;
+    const int64_t r0 = from != nullptr ? from->row : first_at(r, 0, std::min(N, d0), d0);
+    const int64_t r1 = first_at(r, r0, std::min(N, r0 + (d1 - d0)), d1);  // a chunk holds at most d1 - d0 rows
+    const int64_t seg0 = d0 - r0, seg1 = d1 - r1;
+    if (seg0 < 0 || seg1 < seg0 || seg1 > S) return fail();
+    // the rows: non-decreasing from the row before, in [seg0, min(seg1, S - 1)] (branch-free, vectorised)
+    bool down = false;
+    for (int64_t j = std::max<int64_t>(r0, 1); j < r1; ++j) down |= r[j] < r[j - 1];
+    const int64_t before = r0 > 0 ? static_cast<int64_t>(r[r0 - 1]) : -1;
+    if (down || before > seg0) return fail();
+    if (r1 > r0) {
+      const int64_t lo = r[r0], hi = r[r1 - 1];
+      if (lo < seg0 || hi > seg1 || hi >= S || lo < before) return fail();
     }
-    const int64_t seg0 = d0 - r0;
-    if (seg0 < 0 || seg0 > S) return fail();
-    if (static_cast<int64_t>(q.size()) < d1 - d0 + 2) q.resize(static_cast<size_t>(d1 - d0 + 2));
-    int64_t prev = r0 > 0 ? static_cast<int64_t>(r[r0 - 1]) : 0;
-    if (prev > seg0) return fail();
-    q[0] = r0 > 0 && prev == seg0 ? r0 - 1 : r0;  // below r0: the segment started in an earlier chunk
-    int64_t cur = seg0, j = r0;
-    for (; j < N; ++j) {
-      const int64_t v = r[j];
-      if (j + v >= d1) break;
-      if (v < prev || v < 0 || v >= S) return fail();
-      while (cur < v) q[++cur - seg0] = j;
-      prev = v;
-    }
-    const int64_t seg1 = d1 - j;
-    if (seg1 < cur || seg1 > S) return fail();
-    for (const int64_t last = std::min(seg1, S); cur < last;) q[++cur - seg0] = j;
+    // q[s - seg0] = the first row of the chunk with a value >= s (r1 if none): each row marks its value's
+    // first row (backwards, so the first one stays), then a running minimum from the top fills the gaps.
+    const int64_t len = std::min(seg1, S) - seg0;
+    if (static_cast<int64_t>(q.size()) < len + 2) q.resize(static_cast<size_t>(len + 2));
+    int64_t* qp = q.data();
+    std::fill(qp, qp + len + 1, r1);
+    for (int64_t j = r1 - 1; j >= r0; --j) qp[r[j] - seg0] = j;
+    for (int64_t k = len - 1; k >= 0; --k) qp[k] = std::min(qp[k], qp[k + 1]);
+    if (before == seg0) qp[0] = r0 - 1;  // below r0: the segment started in an earlier chunk
     bounds[2 * c] = r0;
-    bounds[2 * c + 1] = j;
-    return {true, {seg0, r0}, {seg1, j}, q.data()};
+    bounds[2 * c + 1] = r1;
+    return {true, {seg0, r0}, {seg1, r1}, qp};
   }
   // Whether the chunks that ran cover the rows [0, N) of every batch, each once and in order.
   bool tiles(int64_t B) const {
@@ -182,38 +235,61 @@ template <typename I> struct SortedIndexSegments {
 
 // ---- any order: a stable partition by ranges of targets ---------------------------------------------
 
-// log2 of the targets of a range: ranges of about kBucketRows rows, at most kMaxBucketTargets targets.
-int bucket_shift(int64_t S, int64_t N) {
-  const double want = static_cast<double>(S) * static_cast<double>(kBucketRows) / static_cast<double>(std::max<int64_t>(N, 1));
-  int shift = 0;
-  while (shift < 16 && static_cast<double>(int64_t{1} << (shift + 1)) <= want) ++shift;
-  return shift;
-}
+// The partition of one index row: ranges of R = 2^shift targets (about kBucketRows rows each, at most
+// kMaxBucketTargets targets), NB of them; blocks of kBlockRows rows.
+struct Ranges {
+  int shift;
+  int64_t R, NB, nblocks;
+  Ranges(int64_t S, int64_t N) {
+    const double want = double(S) * double(dev_param("SEGOPS_DEV_BUCKET_ROWS", kBucketRows)) / double(std::max<int64_t>(N, 1));
+    shift = 0;
+    while (shift < 16 && double(int64_t{1} << (shift + 1)) <= want) ++shift;
+    R = int64_t{1} << shift;
+    NB = ceil_div(S, R);
+    nblocks = ceil_div(N, kBlockRows);
+  }
+};
 
 // One batch of an index in any order, its values in [0, S) (a value outside sets *bad and nothing is
-// written). x, src, out and arg are the batch's own rows.
-template <class Op, typename T, typename I>
+// written). x, src, out and arg are the batch's own rows. kCarry: the rows travel with the partition;
+// kPos: so do their positions (for the arg, or to read rows that do not travel); kF1: F == 1.
+template <class Op, bool kCarry, bool kPos, bool kF1, typename T, typename I>
 void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F, T* out, int64_t* arg,
                        std::atomic<bool>* bad) {
-  const int shift = bucket_shift(S, N);
-  const int64_t R = int64_t{1} << shift, NB = ceil_div(S, R), nblocks = ceil_div(N, kBlockRows);
-  const bool carry = F * static_cast<int64_t>(sizeof(T)) <= kCarryBytes;  // values travel with the partition
-  const bool need_pos = !carry || Op::kHasArg;
+  const Ranges rg(S, N);
+  const int shift = rg.shift;
+  const int64_t R = rg.R, NB = rg.NB, nblocks = rg.nblocks;
   // Pass 1, per block of rows: its rows grouped by range, in their order, at the block's own place of the
   // record arrays; off[blk][k] is range k's first record in the block.
-  std::vector<uint16_t> lt(static_cast<size_t>(N)), pos(need_pos ? static_cast<size_t>(N) : 0);
-  std::vector<T> vals(carry ? static_cast<size_t>(N * F) : 0);
-  std::vector<uint32_t> off(static_cast<size_t>(nblocks * (NB + 1)));
-  torch::stable::parallel_for(0, nblocks, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<uint32_t> cur(static_cast<size_t>(NB));
+  const Buffer<uint16_t> lt(N), pos(kPos ? N : 0);
+  const Buffer<T> vals(kCarry ? N * F : 0);
+  const Buffer<uint32_t> off(nblocks * (NB + 1));
+  // a block's records are grouped in buffers that stay in cache, then copied out whole (scattered stores
+  // straight into the large arrays cost a read of every line from memory, and stalls)
+  struct Stage {
+    std::vector<uint32_t> cur;
+    std::vector<uint16_t> lt, pos;
+    std::vector<T> vals;
+  };
+  parallel_dynamic<Stage>(nblocks, 1, [&](Stage& st, int64_t b0, int64_t b1) {
+    st.cur.resize(static_cast<size_t>(NB));
+    st.lt.resize(static_cast<size_t>(kBlockRows));
+    if (kPos) st.pos.resize(static_cast<size_t>(kBlockRows));
+    if (kCarry) st.vals.resize(static_cast<size_t>(kBlockRows * F));
+    uint16_t* const slt = st.lt.data();
+    uint16_t* const spos = st.pos.data();
+    T* const svals = st.vals.data();
+    uint32_t* const c = st.cur.data();
+    const uint64_t size = static_cast<uint64_t>(S), mask = static_cast<uint64_t>(R - 1);
     for (int64_t blk = b0; blk < b1; ++blk) {
-      const int64_t r0 = blk * kBlockRows, r1 = std::min(N, r0 + kBlockRows);
-      uint32_t* o = off.data() + blk * (NB + 1);
+      const int64_t r0 = blk * kBlockRows, r1 = std::min(N, r0 + kBlockRows), n = r1 - r0;
+      const I* const xb = x + r0;
+      uint32_t* const o = off.data() + blk * (NB + 1);
       std::fill(o, o + NB + 1, 0u);
       bool wrong = false;
-      for (int64_t j = r0; j < r1; ++j) {
-        const int64_t v = x[j];
-        const bool ok = static_cast<uint64_t>(v) < static_cast<uint64_t>(S);
+      for (int64_t j = 0; j < n; ++j) {
+        const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(xb[j]));
+        const bool ok = v < size;
         wrong |= !ok;
         o[(ok ? v >> shift : 0) + 1] += ok;
       }
@@ -222,14 +298,24 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
         continue;
       }
       for (int64_t k = 0; k < NB; ++k) o[k + 1] += o[k];
-      std::copy(o, o + NB, cur.begin());
-      for (int64_t j = r0; j < r1; ++j) {
-        const int64_t v = x[j];
-        const int64_t d = r0 + cur[v >> shift]++;
-        lt[d] = static_cast<uint16_t>(v & (R - 1));
-        if (need_pos) pos[d] = static_cast<uint16_t>(j - r0);
-        if (carry) std::memcpy(&vals[d * F], src + j * F, static_cast<size_t>(F) * sizeof(T));
+      std::copy(o, o + NB, c);
+      const T* const sb = src + r0 * F;
+      for (int64_t j = 0; j < n; ++j) {
+        const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(xb[j]));
+        const uint32_t d = c[v >> shift]++;
+        slt[d] = static_cast<uint16_t>(v & mask);
+        if constexpr (kPos) spos[d] = static_cast<uint16_t>(j);
+        if constexpr (kCarry) {
+          if (kF1) {
+            svals[d] = sb[j];
+          } else {
+            copy_row(svals + d * F, sb + j * F, F);
+          }
+        }
       }
+      std::copy(slt, slt + n, lt.data() + r0);
+      if constexpr (kPos) std::copy(spos, spos + n, pos.data() + r0);
+      if constexpr (kCarry) std::copy(svals, svals + n * F, vals.data() + r0 * F);
     }
   });
   if (bad->load()) return;
@@ -252,30 +338,43 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
   auto range = [&](int64_t k, Buffers& sc) {
     const int64_t t0 = k << shift, Rk = std::min(R, S - t0), nb = g[k + 1] - g[k];
     sc.lp.assign(static_cast<size_t>(Rk) + 1, 0);
-    int64_t* lp = sc.lp.data();
+    int64_t* const lp = sc.lp.data();
+    const uint16_t* const lts = lt.data();
     for (int64_t blk = 0; blk < nblocks; ++blk) {
       const uint32_t* o = off.data() + blk * (NB + 1);
-      for (int64_t i = blk * kBlockRows + o[k], e = blk * kBlockRows + o[k + 1]; i < e; ++i) ++lp[lt[i] + 1];
+      const uint16_t* const l = lts + blk * kBlockRows;
+      for (int64_t i = o[k], e = o[k + 1]; i < e; ++i) ++lp[l[i] + 1];
     }
     for (int64_t t = 0; t < Rk; ++t) lp[t + 1] += lp[t];
     sc.cur.assign(lp, lp + Rk);
-    if (need_pos) sc.rows.resize(static_cast<size_t>(nb));
-    if (carry) sc.vals.resize(static_cast<size_t>(nb * F));
+    if constexpr (kPos) sc.rows.resize(static_cast<size_t>(nb));
+    if constexpr (kCarry) sc.vals.resize(static_cast<size_t>(nb * F));
+    int64_t* const cur = sc.cur.data();
+    int64_t* const rows = sc.rows.data();
+    T* const sv = sc.vals.data();
     for (int64_t blk = 0; blk < nblocks; ++blk) {
       const uint32_t* o = off.data() + blk * (NB + 1);
-      for (int64_t i = blk * kBlockRows + o[k], e = blk * kBlockRows + o[k + 1]; i < e; ++i) {
-        const int64_t d = sc.cur[lt[i]]++;
-        if (need_pos) sc.rows[d] = blk * kBlockRows + pos[i];
-        if (carry) std::memcpy(&sc.vals[d * F], &vals[i * F], static_cast<size_t>(F) * sizeof(T));
+      const int64_t base = blk * kBlockRows;
+      const uint16_t* const l = lts + base;
+      for (int64_t i = o[k], e = o[k + 1]; i < e; ++i) {
+        const int64_t d = cur[l[i]]++;
+        if constexpr (kPos) rows[d] = base + pos[base + i];
+        if constexpr (kCarry) {
+          if (kF1) {
+            sv[d] = vals[base + i];
+          } else {
+            copy_row(sv + d * F, &vals[(base + i) * F], F);
+          }
+        }
       }
     }
     const CsrSegments segs{lp, &kZero, Rk, (t0 + g[k]) % W};
     const Outputs<T> o{out, arg, S, t0, N};
-    const PermArg map{sc.rows.data(), &kZero};
-    if (carry) {
-      reduce_chunks<Op>(segs, DirectRows<ArrayLoad<T>>{ArrayLoad<T>{sc.vals.data(), nb * F}, nb}, 1, F, o, map);
+    const PermArg map{rows, &kZero};
+    if constexpr (kCarry) {
+      reduce_chunks<Op>(segs, DirectRows<ArrayLoad<T>>{ArrayLoad<T>{sv, nb * F}, nb}, 1, F, o, map);
     } else {
-      reduce_chunks<Op>(segs, GatheredRows<T>{src, N, F, sc.rows.data(), &kZero, bad}, 1, F, o, map);
+      reduce_chunks<Op>(segs, GatheredRows<T>{src, N, F, rows, &kZero, bad}, 1, F, o, map);
     }
   };
   // A range that holds a large share of the rows runs alone, its reduction in parallel; the others run
@@ -288,13 +387,22 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
       if (g[k + 1] - g[k] >= large) range(k, sc);
     }
   }
-  std::atomic<int64_t> next{0};
-  torch::stable::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    Buffers sc;
-    for (int64_t k = next++; k < NB; k = next++) {
+  parallel_dynamic<Buffers>(NB, 1, [&](Buffers& sc, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
       if (g[k + 1] - g[k] < large) range(k, sc);
     }
   });
+}
+
+template <class Op, typename T, typename I>
+void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F, T* out, int64_t* arg,
+                       std::atomic<bool>* bad) {
+  if (F * static_cast<int64_t>(sizeof(T)) > dev_param("SEGOPS_DEV_CARRY", kCarryBytes)) {
+    return scatter_any_order<Op, false, true, false>(src, x, N, S, F, out, arg, bad);
+  }
+  constexpr bool kPos = Op::kHasArg;
+  if (F == 1) return scatter_any_order<Op, true, kPos, true>(src, x, N, S, F, out, arg, bad);
+  return scatter_any_order<Op, true, kPos, false>(src, x, N, S, F, out, arg, bad);
 }
 
 // ---- the entry points -------------------------------------------------------------------------------
