@@ -198,11 +198,12 @@ template <typename I> struct SortedIndexSegments {
     const int64_t r1 = first_at(r, r0, std::min(N, r0 + (d1 - d0)), d1);  // a chunk holds at most d1 - d0 rows
     const int64_t seg0 = d0 - r0, seg1 = d1 - r1;
     if (seg0 < 0 || seg1 < seg0 || seg1 > S) return fail();
-    // the rows: non-decreasing from the row before, in [seg0, min(seg1, S - 1)] (branch-free, vectorised)
-    bool down = false;
-    for (int64_t j = std::max<int64_t>(r0, 1); j < r1; ++j) down |= r[j] < r[j - 1];
+    // the rows: non-decreasing from the row before, in [seg0, min(seg1, S - 1)] (an integer or-reduction, no
+    // early exit)
+    uint32_t down = 0;
+    for (int64_t j = std::max<int64_t>(r0, 1); j < r1; ++j) down |= static_cast<uint32_t>(r[j] < r[j - 1]);
     const int64_t before = r0 > 0 ? static_cast<int64_t>(r[r0 - 1]) : -1;
-    if (down || before > seg0) return fail();
+    if (down != 0 || before > seg0) return fail();
     if (r1 > r0) {
       const int64_t lo = r[r0], hi = r[r1 - 1];
       if (lo < seg0 || hi > seg1 || hi >= S || lo < before) return fail();
@@ -280,29 +281,27 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
     uint16_t* const spos = st.pos.data();
     T* const svals = st.vals.data();
     uint32_t* const c = st.cur.data();
+    // (locals: stores through the uint32 counters could otherwise change a captured int, reloaded every row)
     const uint64_t size = static_cast<uint64_t>(S), mask = static_cast<uint64_t>(R - 1);
+    const int sh = shift;
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t r0 = blk * kBlockRows, r1 = std::min(N, r0 + kBlockRows), n = r1 - r0;
       const I* const xb = x + r0;
       uint32_t* const o = off.data() + blk * (NB + 1);
-      std::fill(o, o + NB + 1, 0u);
-      bool wrong = false;
-      for (int64_t j = 0; j < n; ++j) {
-        const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(xb[j]));
-        const bool ok = v < size;
-        wrong |= !ok;
-        o[(ok ? v >> shift : 0) + 1] += ok;
-      }
-      if (wrong) {
+      uint64_t top = 0;  // the largest value as unsigned (a negative one is huge): one pass, no branch
+      for (int64_t j = 0; j < n; ++j) top = std::max(top, static_cast<uint64_t>(static_cast<int64_t>(xb[j])));
+      if (n > 0 && top >= size) {
         bad->store(true, std::memory_order_relaxed);
         continue;
       }
+      std::fill(o, o + NB + 1, 0u);
+      for (int64_t j = 0; j < n; ++j) ++o[(static_cast<uint64_t>(static_cast<int64_t>(xb[j])) >> sh) + 1];
       for (int64_t k = 0; k < NB; ++k) o[k + 1] += o[k];
       std::copy(o, o + NB, c);
       const T* const sb = src + r0 * F;
       for (int64_t j = 0; j < n; ++j) {
         const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(xb[j]));
-        const uint32_t d = c[v >> shift]++;
+        const uint32_t d = c[v >> sh]++;
         slt[d] = static_cast<uint16_t>(v & mask);
         if constexpr (kPos) spos[d] = static_cast<uint16_t>(j);
         if constexpr (kCarry) {
@@ -352,18 +351,20 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
     int64_t* const cur = sc.cur.data();
     int64_t* const rows = sc.rows.data();
     T* const sv = sc.vals.data();
+    const uint16_t* const poss = pos.data();
+    const T* const vs = vals.data();
     for (int64_t blk = 0; blk < nblocks; ++blk) {
       const uint32_t* o = off.data() + blk * (NB + 1);
       const int64_t base = blk * kBlockRows;
       const uint16_t* const l = lts + base;
       for (int64_t i = o[k], e = o[k + 1]; i < e; ++i) {
         const int64_t d = cur[l[i]]++;
-        if constexpr (kPos) rows[d] = base + pos[base + i];
+        if constexpr (kPos) rows[d] = base + poss[base + i];
         if constexpr (kCarry) {
           if (kF1) {
-            sv[d] = vals[base + i];
+            sv[d] = vs[base + i];
           } else {
-            copy_row(sv + d * F, &vals[(base + i) * F], F);
+            copy_row(sv + d * F, vs + (base + i) * F, F);
           }
         }
       }
