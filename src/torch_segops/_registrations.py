@@ -111,6 +111,17 @@ def _segment_softmax_backward_fake(grad: Tensor, out: Tensor, indptr: Tensor):
 # ---- autograd ---------------------------------------------------------------------------------------
 
 
+def _save_for_backward(ctx, r, kept, src: Tensor, output) -> None:
+    """ctx.save_for_backward(*kept, then what the reduction r's backward reads: src, the arg (output[1]) or
+    nothing)."""
+    if r.saves == "src":
+        ctx.save_for_backward(*kept, src)
+    elif r.saves == "arg":
+        ctx.save_for_backward(*kept, output[1])
+    else:
+        ctx.save_for_backward(*kept)
+
+
 def _segment_reduce_autograd(reduce: str):
     """(setup_context, backward) of the op segment_<reduce>: the table's backward, given what it saves."""
     r = REDUCTIONS[reduce]
@@ -118,12 +129,7 @@ def _segment_reduce_autograd(reduce: str):
     def setup(ctx, inputs, output):
         src, indptr = inputs
         ctx.n = src.size(indptr.dim() - 1)
-        if r.saves == "src":
-            ctx.save_for_backward(indptr, src)
-        elif r.saves == "arg":
-            ctx.save_for_backward(indptr, output[1])
-        else:
-            ctx.save_for_backward(indptr)
+        _save_for_backward(ctx, r, [indptr], src, output)
 
     def backward(ctx, grad_out, *grad_arg):
         indptr, *saved = ctx.saved_tensors
@@ -145,12 +151,7 @@ def _scatter_autograd(reduce: str):
     def setup(ctx, inputs, output):
         src, index, _, _ = inputs
         ctx.n = src.size(index.dim() - 1)
-        if r.saves == "src":
-            ctx.save_for_backward(index, src)
-        elif r.saves == "arg":
-            ctx.save_for_backward(index, output[1])
-        else:
-            ctx.save_for_backward(index)
+        _save_for_backward(ctx, r, [index], src, output)
 
     def backward(ctx, grad_out, *grad_arg):
         index, *saved = ctx.saved_tensors
@@ -175,12 +176,7 @@ def _scatter_plan_autograd(reduce: str):
     def setup(ctx, inputs, output):
         src, perm, indptr = inputs
         ctx.n = src.size(perm.dim() - 1)
-        if r.saves == "src":
-            ctx.save_for_backward(perm, indptr, src)
-        elif r.saves == "arg":
-            ctx.save_for_backward(perm, indptr, output[1])
-        else:
-            ctx.save_for_backward(perm, indptr)
+        _save_for_backward(ctx, r, [perm, indptr], src, output)
 
     def backward(ctx, grad_out, *grad_arg):
         perm, indptr, *saved = ctx.saved_tensors

@@ -6,7 +6,8 @@ sorted along that dim; its leading dims broadcast against ``src`` (size 1 or equ
 dim broadcasts over ``src.size(dim)``. The reductions are the scatter ops with ``sorted=True``
 (``torch.ops.torch_segops.scatter_<name>``: one pass over index and src that validates the index and
 reduces, with no CSR offsets, so no memory in proportion to the output size beyond the output; the
-results are bitwise those of the CSR ops on the offsets of the index). ``gather_coo`` on the CPU is one
+results are bitwise those of the CSR ops on the offsets of the index); on devices where these ops have
+no kernel (CUDA), ``index_to_indptr``'s offsets and the CSR ops (_csr_route). ``gather_coo`` on the CPU is one
 pass of its own (``gather_index``: each row copied as its index is read and checked), faster than offsets +
 ``gather_csr`` (benchmarks/bench_coo.py).
 
@@ -27,8 +28,8 @@ from torch import Tensor
 
 from ._arguments import check_index_dtype, check_index_values, check_same_device, size_arg
 from ._coo_kernel import index_offsets
-from ._reductions import (combine_rule, divide_by_counts, reduction_of, run_scatter, run_scatter_plan, segment_lengths,
-                          sums_integers_then_divides, target_counts)
+from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, run_scatter, run_scatter_plan,
+                          segment_lengths, sum_then_divide, sums_integers_then_divides, target_counts)
 from .ops import _check_index_types, _check_out, _check_type, _reduced_shape, _rows_of_out, _write_out
 
 _ops = torch.ops.torch_segops
@@ -63,18 +64,10 @@ def _coo_rows(fn: str, src: Tensor, index: Tensor) -> Tensor:
     return index
 
 
-def _size_in_int64(fn: str, dim_size):
-    """Eager only: dim_size as size_arg gives it, refused with its name when an op could not take it (int64)."""
-    dim_size = size_arg(fn, "dim_size", dim_size)
-    if isinstance(dim_size, int) and dim_size > 2**63 - 1:
-        raise ValueError(f"torch_segops.{fn}: dim_size = {dim_size} is too large (more than 2**63 - 1 rows)")
-    return dim_size
-
-
 def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int]) -> int:
     """Rows of the output along dim: out.size(dim), else dim_size, else -1 (read max(index) + 1)."""
     if not torch.jit.is_scripting():
-        dim_size = _size_in_int64(fn, dim_size)
+        dim_size = size_arg(fn, "dim_size", dim_size)
         if out is not None:
             _check_type(fn, "out", out)
     if out is not None:
@@ -111,6 +104,70 @@ def _reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n
     return out.copy_(torch.where(better, values, out)), arg
 
 
+def _has_scatter_ops(src: Tensor) -> bool:
+    """Whether the ops scatter_<name> have a kernel for src's device: the CPU only. Elsewhere (CUDA) the COO and
+    scatter reductions take the CSR route: offsets of the index (scatter: of its stable torch.sort, src's rows
+    gathered in that order), then the CSR ops."""
+    return src.device.type == "cpu"
+
+
+def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
+    """Positions among rows taken in the order perm ([*lead, n]; arg n for empty segments) -> positions
+    in the original src."""
+    if n == 0:
+        return arg
+    shape: List[int] = list(perm.shape) + [1] * (arg.dim() - dim - 1)
+    full: List[int] = list(arg.shape[:dim]) + [n] + list(arg.shape[dim + 1:])
+    picked = perm.reshape(shape).expand(full).gather(dim, arg.clamp(max=n - 1))
+    return torch.where(arg == n, arg, picked)
+
+
+def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
+    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's; dim + 1 dims)."""
+    if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
+        return src.index_select(dim, perm.reshape(-1))
+    shape: List[int] = list(perm.shape) + [1] * (src.dim() - dim - 1)
+    full: List[int] = list(src.shape[:dim]) + [perm.size(-1)] + list(src.shape[dim + 1:])
+    return src.gather(dim, perm.reshape(shape).expand(full))
+
+
+def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, rounding: str,
+                perm: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """The CSR route: src's rows (in the order perm when given, arg mapped back) reduced along indptr, into
+    ``out`` when given. Integer mean divides with ``rounding``."""
+    dim = indptr.dim() - 1
+    n = src.size(dim)
+    if perm is not None:
+        src = _permute_rows(src, perm, dim)
+    integer = not src.is_floating_point() and not src.is_complex()
+    rule = combine_rule(reduce)
+    if out is None and integer and sums_integers_then_divides(reduce):
+        return sum_then_divide(src, indptr, rounding), indptr.new_empty([0])
+    if out is not None and rule == "mean":  # the sum now, divided by the counts after out's values are added
+        total = _ops.segment_sum(src, indptr)
+        return _reduce_into(fn, out, rule, total, indptr.new_empty([0]), n, segment_lengths(indptr, total), rounding)
+    values, arg = run(src, indptr, reduce)
+    if perm is not None and has_arg(reduce):
+        arg = _original_arg(arg, perm, dim, n)
+    if out is None:
+        return values, arg
+    return _reduce_into(fn, out, rule, values, arg, n, values, rounding)
+
+
+def _csr_route(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Tensor], reduce: str, rounding: str,
+               sorted: bool, caller_index: Optional[Tensor], perm: Optional[Tensor],
+               indptr: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """_reduce_by_index where the scatter ops have no kernel (_has_scatter_ops)."""
+    if perm is not None and indptr is not None:
+        return _reduce_csr(fn, src, indptr, out, reduce, rounding, perm)
+    if sorted:
+        return _reduce_csr(fn, src, index_offsets(index, size, True), out, reduce, rounding)
+    if caller_index is not None:
+        check_index_values(fn, caller_index, size)  # before the sort: the caller's positions
+    ordered, order = torch.sort(index, dim=-1, stable=True)
+    return _reduce_csr(fn, src, index_offsets(ordered, size, False), out, reduce, rounding, order)
+
+
 def _by_index(fn: str, src: Tensor, index: Tensor, size: int, reduce: str, sorted: bool,
               caller_index: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """run_scatter of ``index`` ([*lead, n]); for a value out of range when ``caller_index`` is given, the error
@@ -139,6 +196,8 @@ def _reduce_by_index(fn: str, src: Tensor, index: Tensor, size: int, out: Option
     """The COO and scatter reductions by an index (one pass, no offsets: the ops scatter_<name>), or along a
     scatter plan (perm and indptr given: scatter_<name>_plan): (values, arg), reduced into ``out`` when given.
     Integer mean divides with ``rounding``."""
+    if not _has_scatter_ops(src):
+        return _csr_route(fn, src, index, size, out, reduce, rounding, sorted, caller_index, perm, indptr)
     dim = index.dim() - 1
     n = src.size(dim)
     integer = not src.is_floating_point() and not src.is_complex()

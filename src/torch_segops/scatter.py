@@ -8,8 +8,10 @@ reduction of the sorted index, whatever the thread count: the result is bitwise 
 thread count, and the same as on the sorted index; min/max ties go to the first position in ``src``. On the CPU
 they read ``src`` in place: a sorted index in one pass over index and ``src``; any other order by a stable
 partition of the rows by ranges of targets and a counting sort of each range in cache (docs/design.md,
-"scatter on the CPU"). A sort of the index can be kept (:func:`scatter_plan`) and reused by every call with
-the same index (the ``plan=`` argument): the rows are then read through its permutation, never copied.
+"scatter on the CPU"). Elsewhere (CUDA: these ops have no CUDA kernel yet) a stable torch.sort of the
+index, src's rows gathered in that order and the CSR ops, with the same bits (coo._csr_route). A sort of the
+index can be kept (:func:`scatter_plan`) and reused by every call with the same index (the ``plan=``
+argument): on the CPU the rows are then read through its permutation, never copied.
 
 Broadcasting follows pytorch_scatter: a 1-D ``index`` applies along ``dim``; a longer one gets size-1
 dims appended and is expanded to ``src.shape``. When the index does not vary along the dims after
@@ -27,7 +29,7 @@ from torch import Tensor
 from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
 from ._coo_kernel import index_offsets
 from ._reductions import combine_rule, has_arg, reduction_of
-from .coo import _reduce_by_index, _reduce_into, _size_in_int64
+from .coo import _reduce_by_index, _reduce_into
 from .ops import _check_index_types, _check_type, _rows_of_out
 
 
@@ -164,7 +166,7 @@ def _eager_arg_types(fn: str, src, index, dim, out, dim_size) -> Tuple[int, Opti
     """Eager only (TorchScript types the arguments itself): tensors are tensors, dim and dim_size integers
     (numpy's too); returns (dim, dim_size) as Python ints."""
     _check_index_types(fn, src, index, out)
-    return dim_arg(fn, dim), _size_in_int64(fn, dim_size)
+    return dim_arg(fn, dim), size_arg(fn, "dim_size", dim_size)
 
 
 def _dim_and_size(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor],
