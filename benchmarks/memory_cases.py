@@ -177,6 +177,14 @@ def _op_cases() -> Dict[str, Callable[[], Callable[[], None]]]:
         arg = [torch.zeros(3, 3, dtype=torch.long)] if reduce in ("min", "max") else []
         cases[f"segment_{reduce}"] = lambda op=op: _forward(op, _src(), ip)
         cases[f"segment_{reduce}_out"] = lambda op=op_out, arg=arg: _forward(op, _src(), ip, torch.zeros(3, 3), *arg)
+    unsorted = torch.tensor(UNSORTED)
+    perm, offsets = torch.sort(unsorted, stable=True).indices, torch.tensor([0, 2, 3, 6])
+    for reduce in ("sum", "mean", "min", "max", "logsumexp", "mul"):
+        op, op_plan = getattr(ops, f"scatter_{reduce}"), getattr(ops, f"scatter_{reduce}_plan")
+        # both ways of each call: the sorted index read as it is, and the partition of an unsorted one
+        cases[f"scatter_{reduce}"] = lambda op=op: _both(_forward(op, _src(), torch.tensor(INDEX), 3, True),
+                                                         _forward(op, _src(), unsorted, -1, False))
+        cases[f"scatter_{reduce}_plan"] = lambda op=op_plan: _forward(op, _src(), perm, offsets)
     cases["gather_csr"] = lambda: _forward(ops.gather_csr, seg_rows, ip, 6)
     cases["gather_csr_out"] = lambda: _forward(ops.gather_csr_out, seg_rows, ip, torch.zeros(6, 3))
     cases["segment_softmax"] = lambda: _forward(ops.segment_softmax, _src(), ip)

@@ -9,10 +9,17 @@ STABLE_TORCH_LIBRARY(torch_segops, m) {
   // argmin/argmax (absolute positions along dim, src.size(dim) for empty segments). Their out= forms
   // segment_<name>_out write into the caller's contiguous tensors (out= of the Python API, when no
   // gradient is recorded): (src, indptr, out) and, for min/max, (src, indptr, out, arg).
+  // scatter_<name>(src, index, size, sorted): the same reduction of src's rows by their target in index
+  // (along dim = index.dim() - 1, index's leading dims src's or 1; size rows out, -1: max(index) + 1), each
+  // target's rows folded in their order in src, bitwise as segment_<name> folds them on the stably sorted
+  // index; min/max's arg is the position in src. sorted: an index that is not sorted (non-decreasing along
+  // its last dim) is an error. scatter_<name>_plan(src, perm, indptr): the same along a scatter_plan.
   torch_segops::for_each_reduce([&](auto r) {
     using Op = torch_segops::Reduction<decltype(r)::value>;
     m.def(Op::schema);
     m.def(Op::out_schema);
+    m.def(Op::scatter_schema);
+    m.def(Op::scatter_plan_schema);
   });
   // size: rows of the output along dim; -1 reads max(indptr[..., -1]) from indptr (a host sync on GPU).
   m.def("gather_csr(Tensor src, Tensor indptr, SymInt size) -> Tensor");

@@ -14,6 +14,9 @@
 #endif
 #if defined(__linux__)
 #include <sys/mman.h>
+
+#include <cstdio>
+#include <cstring>
 #endif
 #if defined(__clang__) && defined(__x86_64__)
 #include <cpuid.h>
@@ -35,6 +38,43 @@ void advise_huge_pages(void* p, size_t bytes) {
 #else
   (void)p;
   (void)bytes;
+#endif
+}
+
+#if defined(__linux__)
+// The first number of the line of `path` that starts with `key` (the whole file when key is ""), or -1.
+static long long number_in(const char* path, const char* key) {
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long long value = -1;
+  const size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, key, n) == 0) {
+      if (std::sscanf(line + n, " %lld", &value) != 1) value = -1;
+      break;
+    }
+  }
+  std::fclose(f);
+  return value;
+}
+#endif
+
+int64_t available_memory_bytes() {
+#if defined(_WIN32)
+  MEMORYSTATUSEX m;
+  m.dwLength = sizeof m;
+  return GlobalMemoryStatusEx(&m) ? static_cast<int64_t>(m.ullAvailPhys) : -1;
+#elif defined(__linux__)
+  const long long kib = number_in("/proc/meminfo", "MemAvailable:");
+  if (kib < 0) return -1;
+  long long bytes = kib * 1024;
+  // cgroup v2 ("max": no limit, which %lld does not read)
+  const long long limit = number_in("/sys/fs/cgroup/memory.max", ""), used = number_in("/sys/fs/cgroup/memory.current", "");
+  if (limit > 0 && used >= 0 && limit - used < bytes) bytes = limit > used ? limit - used : 0;
+  return static_cast<int64_t>(bytes);
+#else
+  return -1;
 #endif
 }
 

@@ -69,6 +69,11 @@ void advise_huge_pages(void* p, size_t bytes);
 // or nullptr.
 void* torch_cpu_symbol(const char* name);
 
+// Bytes of memory this process can still use without swapping or meeting a memory limit, as the OS tells
+// (Linux: MemAvailable of /proc/meminfo, capped by the cgroup v2 limit this process is in; Windows: the
+// available physical memory), or -1 where it cannot tell (macOS, a read failure).
+int64_t available_memory_bytes();
+
 // Whether this CPU and OS run x86-64-v3 code: AVX2, FMA, F16C, BMI1/2 and the OS saving YMM state
 // (GCC/Clang: __builtin_cpu_supports; MSVC: cpuid and xgetbv; other architectures: false).
 bool cpu_has_x86_64_v3();

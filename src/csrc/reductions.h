@@ -1,6 +1,7 @@
 // The reductions of torch_segops, in one list. Each row generates the enum value, the ops
 // torch_segops::segment_<name>(src, indptr) and segment_<name>_out (their schemas: ops.cpp; their entry
-// points: segment_ops.h), the traits below and the reducer that both backends' kernels run
+// points: segment_ops.h), scatter_<name>(src, index, size, sorted) and scatter_<name>_plan (entry points:
+// cpu/scatter_cpu.cpp, cuda/scatter_cuda.cu), the traits below and the reducer that both backends' kernels run
 // (visit_reducer). Adding a reduction: docs/design.md, "Adding a reduction".
 //
 // No op takes the reduction as a string: the stable ABI's conversion of a `str` argument
@@ -55,6 +56,14 @@ template <Reduce R> struct Reduction;
     static constexpr const char* out_schema =                                                            \
         ARG ? "segment_" NAME "_out(Tensor src, Tensor indptr, Tensor(a!) out, Tensor(b!) arg) -> ()"    \
             : "segment_" NAME "_out(Tensor src, Tensor indptr, Tensor(a!) out) -> ()";                   \
+    static constexpr char scatter_name[] = "scatter_" NAME;                                              \
+    static constexpr char scatter_plan_name[] = "scatter_" NAME "_plan";                                 \
+    static constexpr const char* scatter_schema =                                                        \
+        ARG ? "scatter_" NAME "(Tensor src, Tensor index, SymInt size, bool sorted) -> (Tensor, Tensor)" \
+            : "scatter_" NAME "(Tensor src, Tensor index, SymInt size, bool sorted) -> Tensor";          \
+    static constexpr const char* scatter_plan_schema =                                                   \
+        ARG ? "scatter_" NAME "_plan(Tensor src, Tensor perm, Tensor indptr) -> (Tensor, Tensor)"        \
+            : "scatter_" NAME "_plan(Tensor src, Tensor perm, Tensor indptr) -> Tensor";                 \
   };
 SEGOPS_REDUCTIONS(SEGOPS_REDUCTION_TRAITS)
 #undef SEGOPS_REDUCTION_TRAITS

@@ -10,7 +10,7 @@ checks each of them against ``REDUCTIONS``, and ``REDUCTIONS`` against the C++ l
 
 from __future__ import annotations
 
-from typing import Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -19,13 +19,15 @@ _ops = torch.ops.torch_segops
 
 
 class Reduction(NamedTuple):
-    name: str  # the ops segment_<name> and segment_<name>_out
+    name: str  # the ops segment_<name>, segment_<name>_out, scatter_<name> and scatter_<name>_plan
     reduce_names: Tuple[str, ...]  # the reduce= strings that select it (none: only its own function)
     has_arg: bool  # the op also returns the argmin/argmax
     integers: str  # "native": the kernel; "sum_then_divide": the integer sum divided by the count; "refused"
     combine: str  # COO/scatter out=: "add", "mul", "mean" (sums, divided after), "min", "max"; "" none
-    saves: str  # what the backward reads besides indptr: "src", "arg" or ""
+    saves: str  # what the backward reads besides indptr (index): "src", "arg" or ""
     backward: Callable[[Tensor, Tensor, int, Optional[Tensor]], Tensor]  # (grad_out, indptr, n, saved) -> grad_src
+    # the same for scatter_<name>: (grad_out, index, n, saved) -> grad_src, index [*lead, n] along its last dim
+    scatter_backward: Callable[[Tensor, Tensor, int, Optional[Tensor]], Tensor]
 
 
 # ---- means and gradients ---------------------------------------------------------------------------------------
@@ -80,15 +82,19 @@ def _product_backward(grad_out: Tensor, indptr: Tensor, n: int, src: Optional[Te
       x_i == 0:  Pz if c == 1;  Pz * (the other zero) if c == 2, written S0 - x_i (S0: the sum of the zero
                  entries), whose value is 0 and whose derivative is right; 0 if c > 2.
     (A plain Pz * Z / x_i or prod / x_i would lose the second derivatives through the zeros.)"""
+    return _product_gradient(grad_out, src, lambda t: _ops.segment_mul(t, indptr),
+                             lambda t: _ops.segment_sum(t, indptr), lambda t: _ops.gather_csr(t, indptr, n))
+
+
+def _product_gradient(grad_out: Tensor, src: Tensor, mul: Callable[[Tensor], Tensor], add: Callable[[Tensor], Tensor],
+                      rows: Callable[[Tensor], Tensor]) -> Tensor:
+    """_product_backward's formula, given the per-target product and sum of a tensor shaped like src and the
+    rows of a per-target tensor (the segment ops over indptr, or the scatter ops over an index)."""
     zero = src == 0
-    pz = _ops.segment_mul(torch.where(zero, torch.ones_like(src), src), indptr)
-    z = _ops.segment_mul(torch.where(zero, src, torch.ones_like(src)), indptr)
-    s0 = _ops.segment_sum(torch.where(zero, src, torch.zeros_like(src)), indptr)
-    count = _ops.segment_sum(zero.to(src.dtype), indptr)
-
-    def rows(t: Tensor) -> Tensor:
-        return _ops.gather_csr(t, indptr, n)
-
+    pz = mul(torch.where(zero, torch.ones_like(src), src))
+    z = mul(torch.where(zero, src, torch.ones_like(src)))
+    s0 = add(torch.where(zero, src, torch.zeros_like(src)))
+    count = add(zero.to(src.dtype))
     grad, pz, count = rows(grad_out), rows(pz), rows(count)
     x = torch.where(zero, torch.ones_like(src), src)
     at_zero = torch.where(count == 1, torch.ones_like(src),
@@ -96,16 +102,60 @@ def _product_backward(grad_out: Tensor, indptr: Tensor, n: int, src: Optional[Te
     return grad * pz * torch.where(zero, at_zero, rows(z) / x)
 
 
+# ---- gradients of the scatter ops (index [*lead, n]: the target of each row along its last dim) ---------------
+
+
+def take_rows(t: Tensor, index: Tensor) -> Tensor:
+    """t's rows along dim = index.dim() - 1 at the positions index holds ([*lead, n], lead dims t's or 1): the rows
+    each target gives back to its entries."""
+    dim = index.dim() - 1
+    lead: List[int] = list(t.shape[:dim])
+    idx = index.expand(lead + [index.size(-1)])
+    if t.device.type == "cpu":  # the native row copy (values already checked by the forward)
+        return _ops.gather_index(t, idx, False)
+    # int64: torch's gather reads an int32 index broadcast with stride 0 wrongly (issue #36)
+    full = idx.long().reshape(list(idx.shape) + [1] * (t.dim() - dim - 1))
+    return t.gather(dim, full.expand(lead + [index.size(-1)] + list(t.shape[dim + 1:])))
+
+
+def target_counts(index: Tensor, like: Tensor) -> Tensor:
+    """Entries per target (at least 1), in like's dtype, shaped to broadcast against the per-target tensor like."""
+    dim = index.dim() - 1
+    ones = torch.ones(index.shape, dtype=torch.long, device=index.device)
+    counts = _ops.scatter_sum(ones, index, like.size(dim), False).clamp(min=1).to(like.dtype)
+    return counts.view(list(counts.shape) + [1] * (like.dim() - dim - 1))
+
+
+def _scatter_sum_backward(grad_out: Tensor, index: Tensor, n: int, saved: Optional[Tensor]) -> Tensor:
+    return take_rows(grad_out, index)
+
+
+def _scatter_mean_backward(grad_out: Tensor, index: Tensor, n: int, saved: Optional[Tensor]) -> Tensor:
+    return take_rows(grad_out / target_counts(index, grad_out), index)
+
+
+def _scatter_product_backward(grad_out: Tensor, index: Tensor, n: int, src: Optional[Tensor]) -> Tensor:
+    size = grad_out.size(index.dim() - 1)
+    return _product_gradient(grad_out, src, lambda t: _ops.scatter_mul(t, index, size, False),
+                             lambda t: _ops.scatter_sum(t, index, size, False), lambda t: take_rows(t, index))
+
+
+def _scatter_logsumexp_backward(grad_out: Tensor, index: Tensor, n: int, src: Optional[Tensor]) -> Tensor:
+    lse = _ops.scatter_logsumexp(src, index, grad_out.size(index.dim() - 1), False)
+    return (src - take_rows(lse, index)).exp() * take_rows(grad_out, index)
+
+
 # ---- the table ---------------------------------------------------------------------------------------
 
 REDUCTIONS: Dict[str, Reduction] = {r.name: r for r in (
-    Reduction("sum", ("sum", "add"), False, "native", "add", "", _sum_backward),
-    Reduction("mean", ("mean",), False, "sum_then_divide", "mean", "", _mean_backward),
-    Reduction("mul", ("mul",), False, "native", "mul", "src", _product_backward),
-    Reduction("min", ("min",), True, "native", "min", "arg", _extremum_backward),
-    Reduction("max", ("max",), True, "native", "max", "arg", _extremum_backward),
+    Reduction("sum", ("sum", "add"), False, "native", "add", "", _sum_backward, _scatter_sum_backward),
+    Reduction("mean", ("mean",), False, "sum_then_divide", "mean", "", _mean_backward, _scatter_mean_backward),
+    Reduction("mul", ("mul",), False, "native", "mul", "src", _product_backward, _scatter_product_backward),
+    # (_extremum_backward reads only the index's dims and the arg: the same for both)
+    Reduction("min", ("min",), True, "native", "min", "arg", _extremum_backward, _extremum_backward),
+    Reduction("max", ("max",), True, "native", "max", "arg", _extremum_backward, _extremum_backward),
     # segment_logsumexp_csr and the softmax composites only: no reduce= name selects it
-    Reduction("logsumexp", (), False, "refused", "", "src", _logsumexp_backward),
+    Reduction("logsumexp", (), False, "refused", "", "src", _logsumexp_backward, _scatter_logsumexp_backward),
 )}
 
 
@@ -182,3 +232,38 @@ def run_out(src: Tensor, indptr: Tensor, name: str, out: Tensor) -> Tensor:
     else:
         raise ValueError(f"torch_segops: unknown reduction '{name}'")
     return no_arg(src)
+
+
+def run_scatter(src: Tensor, index: Tensor, size: int, name: str, sorted: bool) -> Tuple[Tensor, Tensor]:
+    """(values, arg) of the op scatter_<name>: src's rows reduced by their target in index ([*lead, n] along its
+    last dim; size -1: max(index) + 1); sorted: refuse an index that is not sorted."""
+    if name == "sum":
+        return _ops.scatter_sum(src, index, size, sorted), no_arg(src)
+    if name == "mean":
+        return _ops.scatter_mean(src, index, size, sorted), no_arg(src)
+    if name == "mul":
+        return _ops.scatter_mul(src, index, size, sorted), no_arg(src)
+    if name == "min":
+        return _ops.scatter_min(src, index, size, sorted)
+    if name == "max":
+        return _ops.scatter_max(src, index, size, sorted)
+    if name == "logsumexp":
+        return _ops.scatter_logsumexp(src, index, size, sorted), no_arg(src)
+    raise ValueError(f"torch_segops: unknown reduction '{name}'")
+
+
+def run_scatter_plan(src: Tensor, perm: Tensor, indptr: Tensor, name: str) -> Tuple[Tensor, Tensor]:
+    """run_scatter along a scatter_plan (perm, indptr) by the op scatter_<name>_plan."""
+    if name == "sum":
+        return _ops.scatter_sum_plan(src, perm, indptr), no_arg(src)
+    if name == "mean":
+        return _ops.scatter_mean_plan(src, perm, indptr), no_arg(src)
+    if name == "mul":
+        return _ops.scatter_mul_plan(src, perm, indptr), no_arg(src)
+    if name == "min":
+        return _ops.scatter_min_plan(src, perm, indptr)
+    if name == "max":
+        return _ops.scatter_max_plan(src, perm, indptr)
+    if name == "logsumexp":
+        return _ops.scatter_logsumexp_plan(src, perm, indptr), no_arg(src)
+    raise ValueError(f"torch_segops: unknown reduction '{name}'")

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from ._arguments import _reduced_shape, check_same_device
-from ._reductions import REDUCTIONS
+from ._reductions import REDUCTIONS, take_rows
 
 _ops = torch.ops.torch_segops
 _LIB = "torch_segops::"
@@ -44,6 +44,45 @@ for _reduce in REDUCTIONS:
     torch.library.register_fake(f"{_LIB}segment_{_reduce}_out", _segment_reduce_out_fake(_reduce))
 
 
+# scatter_<name>(src, index, size, sorted) and scatter_<name>_plan(src, perm, indptr): src's shape with the output
+# size along dim = index.dim() - 1 (size -1: read from the index at run time).
+
+
+def _scatter_outputs(src: Tensor, dim: int, size, with_arg: bool):
+    shape = list(src.shape)
+    shape[dim] = size
+    if with_arg:
+        return src.new_empty(shape), src.new_empty(shape, dtype=torch.long)
+    return src.new_empty(shape)
+
+
+def _scatter_fake(reduce: str):
+    with_arg = REDUCTIONS[reduce].has_arg
+
+    def fake(src: Tensor, index: Tensor, size: int, sorted: bool):
+        check_same_device(f"scatter_{reduce}", ["src", "index"], [src, index])
+        torch._check(1 <= index.dim() <= src.dim(), lambda: "torch_segops: index must have between 1 and src.dim() dims")
+        if size == -1:  # data-dependent: max(index) + 1, read at run time
+            size = torch.library.get_ctx().new_dynamic_size()
+        return _scatter_outputs(src, index.dim() - 1, size, with_arg)
+    return fake
+
+
+def _scatter_plan_fake(reduce: str):
+    with_arg = REDUCTIONS[reduce].has_arg
+
+    def fake(src: Tensor, perm: Tensor, indptr: Tensor):
+        check_same_device(f"scatter_{reduce}_plan", ["src", "perm", "indptr"], [src, perm, indptr])
+        torch._check(1 <= perm.dim() <= src.dim(), lambda: "torch_segops: plan.perm must have between 1 and src.dim() dims")
+        return _scatter_outputs(src, perm.dim() - 1, indptr.shape[-1] - 1, with_arg)
+    return fake
+
+
+for _reduce in REDUCTIONS:
+    torch.library.register_fake(f"{_LIB}scatter_{_reduce}", _scatter_fake(_reduce))
+    torch.library.register_fake(f"{_LIB}scatter_{_reduce}_plan", _scatter_plan_fake(_reduce))
+
+
 @torch.library.register_fake(_LIB + "gather_csr")
 def _gather_csr_fake(src: Tensor, indptr: Tensor, size: int):
     check_same_device("gather_csr", ["src", "indptr"], [src, indptr])
@@ -72,6 +111,17 @@ def _segment_softmax_backward_fake(grad: Tensor, out: Tensor, indptr: Tensor):
 # ---- autograd ---------------------------------------------------------------------------------------
 
 
+def _save_for_backward(ctx, r, kept, src: Tensor, output) -> None:
+    """ctx.save_for_backward(*kept, then what the reduction r's backward reads: src, the arg (output[1]) or
+    nothing)."""
+    if r.saves == "src":
+        ctx.save_for_backward(*kept, src)
+    elif r.saves == "arg":
+        ctx.save_for_backward(*kept, output[1])
+    else:
+        ctx.save_for_backward(*kept)
+
+
 def _segment_reduce_autograd(reduce: str):
     """(setup_context, backward) of the op segment_<reduce>: the table's backward, given what it saves."""
     r = REDUCTIONS[reduce]
@@ -79,12 +129,7 @@ def _segment_reduce_autograd(reduce: str):
     def setup(ctx, inputs, output):
         src, indptr = inputs
         ctx.n = src.size(indptr.dim() - 1)
-        if r.saves == "src":
-            ctx.save_for_backward(indptr, src)
-        elif r.saves == "arg":
-            ctx.save_for_backward(indptr, output[1])
-        else:
-            ctx.save_for_backward(indptr)
+        _save_for_backward(ctx, r, [indptr], src, output)
 
     def backward(ctx, grad_out, *grad_arg):
         indptr, *saved = ctx.saved_tensors
@@ -96,6 +141,58 @@ def _segment_reduce_autograd(reduce: str):
 for _reduce in REDUCTIONS:
     _setup, _backward = _segment_reduce_autograd(_reduce)
     torch.library.register_autograd(f"{_LIB}segment_{_reduce}", _backward, setup_context=_setup)
+del _reduce, _setup, _backward
+
+
+def _scatter_autograd(reduce: str):
+    """(setup_context, backward) of scatter_<reduce>: the table's scatter_backward, given what it saves."""
+    r = REDUCTIONS[reduce]
+
+    def setup(ctx, inputs, output):
+        src, index, _, _ = inputs
+        ctx.n = src.size(index.dim() - 1)
+        _save_for_backward(ctx, r, [index], src, output)
+
+    def backward(ctx, grad_out, *grad_arg):
+        index, *saved = ctx.saved_tensors
+        return r.scatter_backward(grad_out, index, ctx.n, saved[0] if saved else None), None, None, None
+
+    return setup, backward
+
+
+def _unpermute(t: Tensor, perm: Tensor) -> Tensor:
+    """t's rows along dim = perm.dim() - 1 put back where perm took them from (perm: a permutation of each row)."""
+    dim = perm.dim() - 1
+    lead = list(t.shape[:dim])
+    full = perm.expand(lead + [perm.size(-1)]).reshape(lead + [perm.size(-1)] + [1] * (t.dim() - dim - 1))
+    return torch.zeros_like(t).scatter(dim, full.expand(t.shape), t)
+
+
+def _scatter_plan_autograd(reduce: str):
+    """(setup_context, backward) of scatter_<reduce>_plan: the table's CSR backward along the plan's offsets, its
+    rows put back in src's order (min/max: the arg already holds positions in src)."""
+    r = REDUCTIONS[reduce]
+
+    def setup(ctx, inputs, output):
+        src, perm, indptr = inputs
+        ctx.n = src.size(perm.dim() - 1)
+        _save_for_backward(ctx, r, [perm, indptr], src, output)
+
+    def backward(ctx, grad_out, *grad_arg):
+        perm, indptr, *saved = ctx.saved_tensors
+        if r.saves == "arg":
+            return r.backward(grad_out, indptr, ctx.n, saved[0]), None, None
+        ordered = take_rows(saved[0], perm) if saved else None  # src's rows in the plan's order
+        return _unpermute(r.backward(grad_out, indptr, ctx.n, ordered), perm), None, None
+
+    return setup, backward
+
+
+for _reduce in REDUCTIONS:
+    _setup, _backward = _scatter_autograd(_reduce)
+    torch.library.register_autograd(f"{_LIB}scatter_{_reduce}", _backward, setup_context=_setup)
+    _setup, _backward = _scatter_plan_autograd(_reduce)
+    torch.library.register_autograd(f"{_LIB}scatter_{_reduce}_plan", _backward, setup_context=_setup)
 del _reduce, _setup, _backward
 
 

@@ -3,7 +3,8 @@
 :func:`scatter_sum` (so bitwise the same run to run and for any thread count).
 
 The index is sorted once per call (a :func:`scatter_plan` shared by the max and the sums when the index does
-not vary along the dims after ``dim``, the graph case). The per-target maximum that recentres the
+not vary along the dims after ``dim``, the graph case, and is at least as long as the output; a shorter one
+goes to each scatter as it is, so that no offsets of the whole output are made). The per-target maximum that recentres the
 exponentials is taken without gradient: softmax and logsumexp do not depend on it, so its backward would add
 exact zeros at the cost of a pass. Decisions where pytorch_scatter's results follow from its implementation
 rather than from the function's meaning (docs/compat-pytorch-scatter.md): a target with no entries gives 0 for
@@ -48,7 +49,8 @@ def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
     rows_only = src.numel() > 0
     for d in range(dim + 1, src.dim()):
         rows_only = rows_only and shape[d] == 1
-    if rows_only:
+    # a plan's offsets hold size + 1 int64: only for an index at least as long as the output (issue #36)
+    if rows_only and 0 <= size <= src.size(dim):
         plan = _rows_plan(fn, index, shape, src, dim, size)
     return dim, None if size == -1 else size, expanded, plan
 

@@ -1,13 +1,15 @@
 """pytorch_scatter's COO segment functions: ``segment_coo``, ``segment_{sum,add,mean,min,max}_coo`` and
-``gather_coo``, over the CSR kernels.
+``gather_coo``.
 
 ``index`` holds the output segment of every row of ``src`` along ``dim = index.dim() - 1`` and is
 sorted along that dim; its leading dims broadcast against ``src`` (size 1 or equal), and a size-1 last
-dim broadcasts over ``src.size(dim)``. ``torch.ops.torch_segops.index_to_indptr`` turns it into CSR
-offsets (one native pass that validates it; no host synchronisation on the GPU when the output size is
-known), then the CSR ops reduce, so results, gradients, determinism, fake kernels and torch.compile
-support are theirs. ``gather_coo`` on the CPU is one pass of its own (``gather_index``: each row copied
-as its index is read and checked), faster than offsets + ``gather_csr`` (benchmarks/bench_coo.py).
+dim broadcasts over ``src.size(dim)``. The reductions are the scatter ops with ``sorted=True``
+(``torch.ops.torch_segops.scatter_<name>``: one pass over index and src that validates the index and
+reduces, with no CSR offsets, so no memory in proportion to the output size beyond the output; the
+results are bitwise those of the CSR ops on the offsets of the index); on devices where these ops have
+no kernel (CUDA), ``index_to_indptr``'s offsets and the CSR ops (_csr_route). ``gather_coo`` on the CPU is one
+pass of its own (``gather_index``: each row copied as its index is read and checked), faster than offsets +
+``gather_csr`` (benchmarks/bench_coo.py).
 
 Output size along dim: ``out.size(dim)``, else ``dim_size``, else ``max(index) + 1`` (read from index:
 a host synchronisation on the GPU). With ``out=`` the COO reductions reduce into what ``out`` already
@@ -24,10 +26,10 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._arguments import check_same_device, size_arg
+from ._arguments import check_index_dtype, check_index_values, check_same_device, size_arg
 from ._coo_kernel import index_offsets
-from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, segment_lengths, sum_then_divide,
-                          sums_integers_then_divides)
+from ._reductions import (combine_rule, divide_by_counts, has_arg, reduction_of, run, run_scatter, run_scatter_plan,
+                          segment_lengths, sum_then_divide, sums_integers_then_divides, target_counts)
 from .ops import _check_index_types, _check_out, _check_type, _reduced_shape, _rows_of_out, _write_out
 
 _ops = torch.ops.torch_segops
@@ -51,14 +53,15 @@ def _check_index_args(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor]
     return dim
 
 
-def _coo_indptr(fn: str, src: Tensor, index: Tensor, size: int) -> Tensor:
-    """CSR offsets of a sorted COO index (leading dims broadcast as in pytorch_scatter)."""
+def _coo_rows(fn: str, src: Tensor, index: Tensor) -> Tensor:
+    """A sorted COO index with one entry per row of src along dim (leading dims broadcast as in pytorch_scatter)."""
     dim = _check_index_args(fn, src, index, None, True)
+    check_index_dtype(fn, index)
     if index.size(dim) != src.size(dim):  # one index for every row along dim
         shape: List[int] = list(index.shape)
         shape[dim] = src.size(dim)
         index = index.expand(shape)
-    return index_offsets(index, size, True)
+    return index
 
 
 def _output_size(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int]) -> int:
@@ -101,9 +104,16 @@ def _reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n
     return out.copy_(torch.where(better, values, out)), arg
 
 
+def _has_scatter_ops(src: Tensor) -> bool:
+    """Whether the ops scatter_<name> have a kernel for src's device: the CPU only. Elsewhere (CUDA) the COO and
+    scatter reductions take the CSR route: offsets of the index (scatter: of its stable torch.sort, src's rows
+    gathered in that order), then the CSR ops."""
+    return src.device.type == "cpu"
+
+
 def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
     """Positions among rows taken in the order perm ([*lead, n]; arg n for empty segments) -> positions
-    in the original src (used by scatter, which reduces src's rows in sorted order)."""
+    in the original src."""
     if n == 0:
         return arg
     shape: List[int] = list(perm.shape) + [1] * (arg.dim() - dim - 1)
@@ -112,13 +122,23 @@ def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
     return torch.where(arg == n, arg, picked)
 
 
+def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
+    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's; dim + 1 dims)."""
+    if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
+        return src.index_select(dim, perm.reshape(-1))
+    shape: List[int] = list(perm.shape) + [1] * (src.dim() - dim - 1)
+    full: List[int] = list(src.shape[:dim]) + [perm.size(-1)] + list(src.shape[dim + 1:])
+    return src.gather(dim, perm.reshape(shape).expand(full))
+
+
 def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str, rounding: str,
                 perm: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """The CSR reduction of the COO and scatter functions: (values, arg), reduced into ``out`` when given.
-    Integer mean divides with ``rounding``; ``perm``: src's rows are a permutation of the caller's (arg
-    is mapped back)."""
+    """The CSR route: src's rows (in the order perm when given, arg mapped back) reduced along indptr, into
+    ``out`` when given. Integer mean divides with ``rounding``."""
     dim = indptr.dim() - 1
     n = src.size(dim)
+    if perm is not None:
+        src = _permute_rows(src, perm, dim)
     integer = not src.is_floating_point() and not src.is_complex()
     rule = combine_rule(reduce)
     if out is None and integer and sums_integers_then_divides(reduce):
@@ -134,10 +154,78 @@ def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], red
     return _reduce_into(fn, out, rule, values, arg, n, values, rounding)
 
 
+def _csr_route(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Tensor], reduce: str, rounding: str,
+               sorted: bool, caller_index: Optional[Tensor], perm: Optional[Tensor],
+               indptr: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """_reduce_by_index where the scatter ops have no kernel (_has_scatter_ops)."""
+    if perm is not None and indptr is not None:
+        return _reduce_csr(fn, src, indptr, out, reduce, rounding, perm)
+    if sorted:
+        return _reduce_csr(fn, src, index_offsets(index, size, True), out, reduce, rounding)
+    if caller_index is not None:
+        check_index_values(fn, caller_index, size)  # before the sort: the caller's positions
+    ordered, order = torch.sort(index, dim=-1, stable=True)
+    return _reduce_csr(fn, src, index_offsets(ordered, size, False), out, reduce, rounding, order)
+
+
+def _by_index(fn: str, src: Tensor, index: Tensor, size: int, reduce: str, sorted: bool,
+              caller_index: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """run_scatter of ``index`` ([*lead, n]); for a value out of range when ``caller_index`` is given, the error
+    names its position there (the public wrapper names ``fn``: _errors.py)."""
+    if not torch.jit.is_scripting():
+        return _by_index_positioned(fn, src, index, size, reduce, sorted, caller_index)
+    if caller_index is not None:  # scripted (no try statement): the values are checked first
+        check_index_values(fn, caller_index, size)
+    return run_scatter(src, index, size, reduce, sorted)
+
+
+def _by_index_positioned(fn: str, src: Tensor, index: Tensor, size: int, reduce: str, sorted: bool,
+                         caller_index: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    # eager only: TorchScript compiles no try statement
+    try:
+        return run_scatter(src, index, size, reduce, sorted)
+    except RuntimeError as e:
+        if caller_index is not None and str(e).startswith("torch_segops: index must"):
+            check_index_values(fn, caller_index, size)  # the error path only: the caller's position
+        raise
+
+
+def _reduce_by_index(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Tensor], reduce: str,
+                     rounding: str, sorted: bool, caller_index: Optional[Tensor], perm: Optional[Tensor] = None,
+                     indptr: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """The COO and scatter reductions by an index (one pass, no offsets: the ops scatter_<name>), or along a
+    scatter plan (perm and indptr given: scatter_<name>_plan): (values, arg), reduced into ``out`` when given.
+    Integer mean divides with ``rounding``."""
+    if not _has_scatter_ops(src):
+        return _csr_route(fn, src, index, size, out, reduce, rounding, sorted, caller_index, perm, indptr)
+    dim = index.dim() - 1
+    n = src.size(dim)
+    integer = not src.is_floating_point() and not src.is_complex()
+    rule = combine_rule(reduce)
+    what = reduce
+    if (out is None and integer and sums_integers_then_divides(reduce)) or (out is not None and rule == "mean"):
+        what = "sum"  # divided by the counts here, after out's values are added
+    if perm is not None and indptr is not None:
+        values, arg = run_scatter_plan(src, perm, indptr, what)
+    else:
+        values, arg = _by_index(fn, src, index, size, what, sorted, caller_index)
+    if what != reduce:
+        if perm is not None and indptr is not None:
+            counts = segment_lengths(indptr, values)
+        else:
+            counts = target_counts(index, values)
+        if out is None:
+            return divide_by_counts(values, counts, rounding), arg
+        return _reduce_into(fn, out, rule, values, arg, n, counts, rounding)
+    if out is None:
+        return values, arg
+    return _reduce_into(fn, out, rule, values, arg, n, values, rounding)
+
+
 def _segment_coo(fn: str, src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
                  reduce: str) -> Tuple[Tensor, Tensor]:
     size = _output_size(fn, src, index, out, dim_size)
-    return _reduce_csr(fn, src, _coo_indptr(fn, src, index, size), out, reduce, "trunc")
+    return _reduce_by_index(fn, src, _coo_rows(fn, src, index), size, out, reduce, "trunc", True, None)
 
 
 def segment_sum_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,

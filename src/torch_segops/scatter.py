@@ -1,21 +1,22 @@
-"""pytorch_scatter's ``scatter`` for an unsorted index, deterministic: one stable sort of the index,
-then the CSR segment reductions over the rows of ``src`` taken in sorted order.
-
-On the CPU the sort is the native ``index_sort`` (src/csrc/cpu/coo_cpu.cpp): one pass validates the index
-and finds it already sorted (nothing is permuted then), else an O(N) counting sort over the ``dim_size``
-targets orders it. Elsewhere, and while torch.compile traces, ``torch.sort`` (stable) does.
+"""pytorch_scatter's ``scatter`` for an index in any order, deterministic: each target's rows are folded in
+their order in ``src``, bitwise as the CSR segment reductions fold them on the stably sorted index.
 
 ``torch.Tensor.scatter_reduce_`` / ``index_add_`` add in whatever order threads (CPU) or atomics (CUDA)
-arrive, so float results change from run to run on the GPU. Here a stable sort fixes, for every output
-row, the order of its inputs (their order in ``src``), and the CSR kernels sum each segment in a fixed
-order whatever the thread count: the result is bitwise the same run to run and for any thread count,
-and min/max ties go to the first position in ``src``. The sort and the offsets can be computed once
-(:func:`scatter_plan`) and reused by every call with the same index (the ``plan=`` argument).
+arrive, so float results change from run to run on the GPU. Here the ops ``torch.ops.torch_segops.scatter_<name>``
+fix, for every output row, the order of its inputs (their order in ``src``) and the chunk borders of the CSR
+reduction of the sorted index, whatever the thread count: the result is bitwise the same run to run, for any
+thread count, and the same as on the sorted index; min/max ties go to the first position in ``src``. On the CPU
+they read ``src`` in place: a sorted index in one pass over index and ``src``; any other order by a stable
+partition of the rows by ranges of targets and a counting sort of each range in cache (docs/design.md,
+"scatter on the CPU"). Elsewhere (CUDA: these ops have no CUDA kernel yet) a stable torch.sort of the
+index, src's rows gathered in that order and the CSR ops, with the same bits (coo._csr_route). A sort of the
+index can be kept (:func:`scatter_plan`) and reused by every call with the same index (the ``plan=``
+argument): on the CPU the rows are then read through its permutation, never copied.
 
 Broadcasting follows pytorch_scatter: a 1-D ``index`` applies along ``dim``; a longer one gets size-1
 dims appended and is expanded to ``src.shape``. When the index does not vary along the dims after
-``dim`` (a 1-D index, the graph case), whole rows are sorted and reduced with the feature dims
-vectorised; otherwise every position along the other dims is sorted on its own.
+``dim`` (a 1-D index, the graph case), whole rows are reduced with the feature dims vectorised;
+otherwise every position along the other dims is reduced on its own.
 """
 
 # No `from __future__ import annotations` here: TorchScript needs ScatterPlan's field types as real
@@ -28,7 +29,7 @@ from torch import Tensor
 from ._arguments import check_index_dtype, check_index_values, check_same_device, dim_arg, size_arg
 from ._coo_kernel import index_offsets
 from ._reductions import combine_rule, has_arg, reduction_of
-from .coo import _reduce_csr, _reduce_into
+from .coo import _reduce_by_index, _reduce_into
 from .ops import _check_index_types, _check_type, _rows_of_out
 
 
@@ -126,15 +127,9 @@ def _index_shape(fn: str, index: Tensor, src: Tensor, dim: int) -> List[int]:
     return shape
 
 
-def _rows_order(fn: str, index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> Tuple[Tensor, Tensor]:
-    """_order of an index that does not vary along the dims after dim (shape: _index_shape's), as
-    ``[*lead, N]`` rows; size -1: read from the index."""
-    rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
-    return _order(fn, rows, size, index)
-
-
 def _rows_plan(fn: str, index: Tensor, shape: List[int], src: Tensor, dim: int, size: int) -> ScatterPlan:
-    """The plan of such an index (for several scatters with one index: the composite functions)."""
+    """The plan of an index that does not vary along the dims after dim (shape: _index_shape's), as ``[*lead, N]``
+    rows; size -1: read from the index (for several scatters with one index: the composite functions)."""
     rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
     return _plan(fn, rows, size, index)
 
@@ -144,39 +139,6 @@ def _lead_to_dim(t: Tensor, dim: int) -> Tensor:
     if t.dim() < dim + 1:
         return t.reshape([1] * (dim + 1 - t.dim()) + list(t.shape))
     return t
-
-
-def _scatter_ordered(fn: str, src: Tensor, perm: Tensor, indptr: Tensor, dim: int, out: Optional[Tensor],
-                     reduce: str) -> Tuple[Tensor, Tensor]:
-    """_scatter_rows of an _order result: src reduced as it is where the index was already sorted."""
-    if perm.size(-1) != src.size(dim):
-        return _reduce_csr(fn, src, _lead_to_dim(indptr, dim), out, reduce, "floor")
-    return _scatter_rows(fn, src, ScatterPlan(perm, indptr), dim, out, reduce)
-
-
-def _permute_rows(src: Tensor, perm: Tensor, dim: int) -> Tensor:
-    """src with its rows along dim taken in the order perm ([*lead, N], lead broadcasting src's; dim + 1
-    dims). On the CPU, rows of several values by the native row copy (gather_index: 0.4x-0.6x the time of
-    index_select at 64 and 8 features, but 1.3x with one; benchmarks/results/coo-scatter-cpu-2core-2026-11-25.md)."""
-    features = 1
-    for d in range(dim + 1, src.dim()):
-        features *= src.size(d)
-    if _native_order(src) and features > 1 and src.dtype in [torch.float32, torch.float64, torch.float16,
-                                                             torch.bfloat16, torch.int32, torch.int64]:
-        return torch.ops.torch_segops.gather_index(src, perm.expand(list(src.shape[:dim]) + [perm.size(-1)]), False)
-    if perm.numel() == perm.size(-1):  # one permutation shared by every leading position: whole rows
-        return src.index_select(dim, perm.reshape(-1))
-    shape: List[int] = list(perm.shape) + [1] * (src.dim() - dim - 1)
-    full: List[int] = list(src.shape[:dim]) + [perm.size(-1)] + list(src.shape[dim + 1:])
-    return src.gather(dim, perm.reshape(shape).expand(full))
-
-
-def _scatter_rows(fn: str, src: Tensor, plan: ScatterPlan, dim: int, out: Optional[Tensor],
-                  reduce: str) -> Tuple[Tensor, Tensor]:
-    """Reduce the rows of src along dim by a plan whose index does not vary along the dims after dim."""
-    perm, indptr = _lead_to_dim(plan.perm, dim), _lead_to_dim(plan.indptr, dim)
-    # pytorch_scatter's scatter_mean divides integers with floor
-    return _reduce_csr(fn, _permute_rows(src, perm, dim), indptr, out, reduce, "floor", perm)
 
 
 def _scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size: int,
@@ -261,16 +223,17 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
         if size != -1 and plan.indptr.size(-1) - 1 != size:
             raise ValueError(f"torch_segops.{fn}: the plan was made for dim_size={plan.indptr.size(-1) - 1}, "
                              f"not {size}")
-        return _scatter_rows(fn, src, plan, dim, out, reduce)
-    if rows_only:  # sort whole rows: the index reduced to [*lead, N]
-        perm, indptr = _rows_order(fn, index, shape, src, dim, size)
-        return _scatter_ordered(fn, src, perm, indptr, dim, out, reduce)
-    # the index varies along the feature dims: sort every position of the other dims on its own
+        perm, indptr = _lead_to_dim(plan.perm, dim), _lead_to_dim(plan.indptr, dim)
+        # pytorch_scatter's scatter_mean divides integers with floor
+        return _reduce_by_index(fn, src, perm, -1, out, reduce, "floor", False, None, perm, indptr)
+    if rows_only:  # whole rows: the index as [*lead, N]
+        rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
+        return _reduce_by_index(fn, src, rows, size, out, reduce, "floor", False, index)
+    # the index varies along the feature dims: every position of the other dims is reduced on its own
     last = src.dim() - 1
     full = index.reshape(shape).expand(src.shape).movedim(dim, last)
     moved_out = out.movedim(dim, last) if out is not None else None
-    perm, indptr = _order(fn, full, size, index)
-    values, arg = _scatter_ordered(fn, src.movedim(dim, last), perm, indptr, last, moved_out, reduce)
+    values, arg = _reduce_by_index(fn, src.movedim(dim, last), full, size, moved_out, reduce, "floor", False, index)
     if has_arg(reduce):
         arg = arg.movedim(last, dim)
     if out is not None:

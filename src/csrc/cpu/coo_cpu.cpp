@@ -18,6 +18,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "cpu/fresh_output.h"
+#include "cpu/index_passes.h"
 #include "csr_args.h"
 #include "index_args.h"
 #include "index_math.h"
@@ -27,21 +28,9 @@
 namespace torch_segops {
 namespace {
 
-constexpr int64_t kBlock = 1 << 16;  // index elements per unit of parallel work
-
-// max(index) + 1 (0 for an empty index); a negative maximum gives 0 and the check reports the value.
-template <typename I>
-int64_t size_from_max(const I* x, int64_t total) {
-  std::atomic<int64_t> best{-1};
-  torch::stable::parallel_for(0, ceil_div(total, kBlock), 1, [&](int64_t b0, int64_t b1) {
-    int64_t m = -1;
-    for (int64_t i = b0 * kBlock, end = std::min(total, b1 * kBlock); i < end; ++i) m = std::max<int64_t>(m, x[i]);
-    int64_t cur = best.load();
-    while (m > cur && !best.compare_exchange_weak(cur, m)) {
-    }
-  });
-  return std::max<int64_t>(best.load(), -1) + 1;
-}
+using cpu::first_problem;
+using cpu::kBlock;
+using cpu::size_from_max;
 
 // What a pass over the index found.
 struct Found {
@@ -81,27 +70,6 @@ Found offsets_pass(const I* x, int64_t rows, int64_t n, int64_t size, int64_t* o
     if (r) range.store(true);
   });
   return {down.load(), range.load()};
-}
-
-// The first problem, as the Python COO checks word it (only on the error path; serial).
-template <typename I>
-std::string first_problem(const I* x, int64_t rows, int64_t n, int64_t size, bool check_sorted) {
-  const int64_t total = rows * n;
-  auto at = [&](int32_t what, int64_t i) {
-    return kPrefix + index_error_message(what, i, n, x[i], i % n != 0 ? int64_t{x[i - 1]} : 0, size);
-  };
-  if (check_sorted) {
-    for (int64_t i = 1; i < total; ++i) {
-      if (i % n != 0 && x[i] < x[i - 1]) return at(kIndexUnsorted, i);
-    }
-  }
-  for (int64_t i = 0; i < total; ++i) {
-    if (x[i] < 0) return at(kIndexNegative, i);
-  }
-  for (int64_t i = 0; i < total; ++i) {
-    if (x[i] >= size) return at(kIndexTooLarge, i);
-  }
-  return "";
 }
 
 // Offsets of the rows [r0, r1) of an unsorted (in-range) index, by counting.

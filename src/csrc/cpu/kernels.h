@@ -8,6 +8,7 @@
 
 #include "csr_args.h"
 #include "reductions.h"
+#include "scatter_args.h"
 
 namespace torch_segops {
 namespace cpu {
@@ -19,6 +20,9 @@ struct Kernels {
   void (*gather)(const CsrArgs& a, int64_t R, const Tensor& out);
   void (*softmax)(const CsrArgs& a, const Tensor& out);
   void (*softmax_backward)(const CsrArgs& a, const Tensor& grad, const Tensor& grad_in);
+  // scatter (cpu/scatter_kernels.h): 0, or what is wrong with the index (a ScatterStatus)
+  int (*scatter)(const ScatterArgs& a, Reduce r, bool sorted, const Tensor& out, const Tensor* arg);
+  int (*scatter_plan)(const ScatterArgs& a, Reduce r, const Tensor& out, const Tensor* arg);
 };
 
 const Kernels& kernels_baseline();
