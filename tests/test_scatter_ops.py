@@ -441,3 +441,21 @@ def test_peak_memory_of_a_short_index_into_a_large_output(fn, reduce, outputs):
     peak = int(cp.stdout.split()[-1])
     bound = outputs * size * 4 * 1.25 + (8 << 20)
     assert peak <= bound, f"{fn} {reduce}: peak {peak / 2**20:.1f} MiB > {bound / 2**20:.1f} MiB"
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compile"])
+def test_the_csr_route_reports_a_bad_value_at_its_position(monkeypatch, compiled):
+    """Issue #36 item 8: the CSR route (CUDA's) made its offsets from the sorted copy of the index, so under
+    torch.compile (where the wrapper's eager check does not run) a bad value was reported at its position there
+    (index[..., 5] for the value at index[3] below). The offsets now come from the index as given."""
+    import torch_segops.coo as coo
+    monkeypatch.setattr(coo, "_has_scatter_ops", lambda src: False)
+    src, index = torch.randn(6, 3), torch.tensor([3, 1, 0, 9, 2, 1])
+    f = lambda s, i: so.scatter(s, i, 0, dim_size=4, reduce="sum")  # noqa: E731
+    if compiled:
+        torch._dynamo.reset()
+        f = torch.compile(f, fullgraph=True, backend="eager")
+    with pytest.raises((ValueError, RuntimeError), match=r"index must be < dim_size = 4, got index\[(\.\.\., )?3\] = 9"):
+        f(src, index)
+    if compiled:
+        torch._dynamo.reset()

@@ -164,8 +164,11 @@ def _csr_route(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Ten
         return _reduce_csr(fn, src, index_offsets(index, size, True), out, reduce, rounding)
     if caller_index is not None:
         check_index_values(fn, caller_index, size)  # before the sort: the caller's positions
-    ordered, order = torch.sort(index, dim=-1, stable=True)
-    return _reduce_csr(fn, src, index_offsets(ordered, size, False), out, reduce, rounding, order)
+    # the offsets of the index as given: a bad value is reported at its own position, also where the check above
+    # does not run (torch.compile); the sort gives only the order
+    indptr = index_offsets(index, size, False)
+    order = torch.sort(index, dim=-1, stable=True)[1]
+    return _reduce_csr(fn, src, indptr, out, reduce, rounding, order)
 
 
 def _by_index(fn: str, src: Tensor, index: Tensor, size: int, reduce: str, sorted: bool,
