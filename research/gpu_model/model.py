@@ -283,9 +283,10 @@ def parse_ptxas(log: str) -> dict:
 
 
 def disassemble(cubin: str, nvcc: str) -> str | None:
-    """cuobjdump -sass of the cubin ($CUOBJDUMP, next to nvcc, or on PATH; it needs nvdisasm), or None."""
-    cands = [os.environ.get("CUOBJDUMP"), os.path.join(os.path.dirname(nvcc), "cuobjdump"), shutil.which("cuobjdump")]
-    exe = next((c for c in cands if c and os.path.isfile(c)), None)
+    """cuobjdump -sass of the cubin ($CUOBJDUMP, else where tools/cuda_toolchain.py finds it: PATH, next to nvcc, the
+    pip wheel bootstrap installs; it needs nvdisasm beside it), or None."""
+    from tools.cuda_toolchain import find_cuobjdump
+    exe = os.environ.get("CUOBJDUMP") or find_cuobjdump(nvcc)
     if exe is None:
         print("warning: no cuobjdump: local-memory instructions not counted (the model uses the ptxas sizes only)",
               file=sys.stderr)

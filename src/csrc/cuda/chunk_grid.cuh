@@ -47,8 +47,9 @@ struct ChunkGrid {
 
 // The merge-path split of diagonal diag with its segment count searched in [lo, hi] (merge_path_search's for a
 // valid indptr, inside the diagonal's bounds for any indptr; base = indptr[0], nnz: the clamped row count), as an
-// 8-ary search: each round loads 7 probes together, so a search takes log8 of the range in rounds of dependent
-// loads instead of log2.
+// 8-ary search: log8 of the range in rounds instead of log2. A round's 7 probe addresses do not depend on each
+// other's values; whether their loads overlap is the compiler's choice (nvcc 13.0 SASS: sm_75 issues all 7
+// before the first use, sm_90 only 2 -- measured 2026-11-27, not yet forced).
 SEGOPS_HD MergeCoord merge_path_search8(const int64_t* p, int64_t S, int64_t base, int64_t nnz, int64_t diag,
                                         int64_t lo, int64_t hi) {
   constexpr int kWays = 8;
