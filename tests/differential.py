@@ -182,9 +182,18 @@ def segment_tolerance(src: torch.Tensor, x: torch.Tensor, indptr: torch.Tensor, 
     raise ValueError(reduce)
 
 
+def integer_mean(dtype: torch.dtype, sums: torch.Tensor, counts: torch.Tensor, rounding: str) -> torch.Tensor:
+    """The mean of integers as pytorch_scatter and torch compute it: the sum in the input's dtype (wrapping, as an
+    int32 sum does), then divided by the count (empty targets: 0). Decision: docs/usage.md."""
+    return torch.div(sums.to(dtype).long(), counts.clamp(min=1).long(), rounding_mode=rounding)
+
+
 def segment(src: torch.Tensor, indptr: torch.Tensor, reduce: str) -> Expected:
     x = wide(src)
     values, arg = R.segment(x, indptr, reduce)
+    if reduce == "mean" and not src.is_floating_point():
+        values = integer_mean(src.dtype, R.segment(x, indptr, "sum")[0], R.segment(torch.ones_like(x), indptr,
+                                                                                       "sum")[0], "trunc")
     return Expected(values, arg, segment_tolerance(src, x, indptr, reduce, values))
 
 
@@ -209,7 +218,7 @@ def gather(src: torch.Tensor, indptr: torch.Tensor, size) -> Expected:
 
 
 def combined(o: torch.Tensor, v: torch.Tensor, arg, reduce: str, counts: torch.Tensor, n: int, rounding: str,
-             sums: torch.Tensor | None = None):
+             sums: torch.Tensor | None = None, dtype: torch.dtype | None = None):
     """out= of the COO and scatter functions (pytorch_scatter's documented semantics) on reference tensors (autograd
     follows them): out + sum, out * product, (out + sum) / max(count, 1) (sums: the segment sums, by default
     v * count; integers divide with rounding "trunc" for COO, "floor" for scatter), and for min/max out's value
@@ -223,7 +232,7 @@ def combined(o: torch.Tensor, v: torch.Tensor, arg, reduce: str, counts: torch.T
         total = o + (v * counts if sums is None else sums)
         if o.is_floating_point():
             return total / counts.clamp(min=1), None
-        return torch.div(total, counts.clamp(min=1).long(), rounding_mode=rounding), None
+        return integer_mean(dtype or o.dtype, total, counts, rounding), None
     better = v < o if reduce == "min" else v > o
     if o.is_floating_point():
         better = better | (v.isnan() & ~o.isnan())
@@ -237,7 +246,7 @@ def combine(out: torch.Tensor, exp: Expected, reduce: str, counts: torch.Tensor,
     reduction's result to out's dtype before it is combined with out (eps |result|; the product's scales with
     |out|)."""
     o = wide(out)
-    values, arg = combined(o, exp.values, exp.arg, reduce, counts, n, rounding, sums)
+    values, arg = combined(o, exp.values, exp.arg, reduce, counts, n, rounding, sums, out.dtype)
     tol = exp.tol
     if o.is_floating_point() and reduce not in ("min", "max"):
         tol = tol + torch.finfo(out.dtype).eps * exp.values.abs().nan_to_num(posinf=0.0)
@@ -256,6 +265,8 @@ def scatter(src: torch.Tensor, index: torch.Tensor, dim: int, size: int, reduce:
     values, arg = R.scatter(x, index, dim, k, reduce)
     d = dim % src.dim()
     n = R.scatter(torch.ones_like(x, dtype=torch.float64), index, dim, k, "sum")[0]
+    if reduce == "mean" and not src.is_floating_point():
+        values = integer_mean(src.dtype, R.scatter(x, index, dim, k, "sum")[0], n, "floor")
     if src.is_floating_point() and reduce not in ("min", "max"):
         eps = acc_eps(src.dtype)
         if reduce in ("sum", "add", "mean"):
