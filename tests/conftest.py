@@ -84,3 +84,27 @@ def recorded_ops(monkeypatch):
     monkeypatch.setattr(ops_module, "_ops", rec)
     monkeypatch.setattr(reductions_module, "_ops", rec)
     return rec
+
+
+# ---- running the suite in parallel (pytest-xdist, tools/test.sh; docs/ci.md) -------------------------------
+# The modules that take minutes, longest first: started first, they do not leave one worker busy at the end.
+HEAVY_FIRST = ["test_recipe_e2e.py", "test_cuda_emulation.py", "test_cuda_build.py", "test_torch_headers.py",
+               "test_gpu_model.py", "test_aarch64.py", "test_cpu_isa.py"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which puts the group name into the node ids
+def pytest_collection_modifyitems(config, items):
+    """Under --dist loadgroup, each module is one unit of work (its module fixtures are built once, by one worker)
+    unless a test names its own xdist_group; the heavy modules are queued first."""
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within a module is kept
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory):
+    """A folder all xdist workers of this run share (the run's basetemp root); without xdist, the session's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
