@@ -87,21 +87,34 @@ def recorded_ops(monkeypatch):
 
 
 # ---- running the suite in parallel (pytest-xdist, tools/test.sh; docs/ci.md) -------------------------------
-# The modules that take minutes, longest first: started first, they do not leave one worker busy at the end.
-HEAVY_FIRST = ["test_recipe_e2e.py", "test_cuda_emulation.py", "test_cuda_build.py", "test_torch_headers.py",
+# The groups that take minutes, longest first: started first, they do not leave one worker busy at the end.
+HEAVY_FIRST = ["test_recipe_e2e.py[cuda130]", "emulation-kernels-0", "test_cuda_build.py", "emulation-kernels-1",
+               "test_recipe_e2e.py[cpu]", "emulation-kernels-2", "test_torch_headers.py", "torch-headers-newest",
                "test_gpu_model.py", "test_aarch64.py", "test_cpu_isa.py"]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which puts the group name into the node ids
+def _group(item) -> str:
+    """The module's name, or module[param] where the module splits its tests by the value of one parametrized
+    fixture (XDIST_SPLIT_BY, a module fixture that is slow to set up for each value)."""
+    split = getattr(item.module, "XDIST_SPLIT_BY", None)
+    params = getattr(item, "callspec", None) and item.callspec.params
+    if split and params and split in params:
+        return f"{item.path.name}[{params[split]}]"
+    return item.path.name
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_collection_modifyitems(config, items):
-    """Under --dist loadgroup, each module is one unit of work (its module fixtures are built once, by one worker)
-    unless a test names its own xdist_group; the heavy modules are queued first."""
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within a module is kept
+    """Under --dist loadgroup, each module (or module[param], see _group) is one unit of work, so that its module
+    fixtures are built once, by one worker, unless a test names its own xdist_group; the HEAVY_FIRST groups are
+    queued first. The marks go on before the other hooks run (xdist's puts the group into the node ids), the
+    order is set after them (pytest's own reorders by fixture parameters)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
-
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    yield
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))  # stable
 
 @pytest.fixture(scope="session")
 def shared_dir(tmp_path_factory):

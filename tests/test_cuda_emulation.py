@@ -22,7 +22,7 @@ SOURCE = "tests/cuda_emulation/emulate_kernels.cpp"
 FLAGS = ("-O0", "-DSEGOPS_EMU_QUICK", "-fno-strict-aliasing")
 KERNEL_SHARDS = 3
 # (arguments, the fewest checks that part runs): the kernels part in shards of its shapes
-PARTS = {f"kernels-{i}": (["--only", "kernels", "--shard", f"{i}/{KERNEL_SHARDS}"], 1) for i in range(KERNEL_SHARDS)}
+PARTS = {f"kernels-{i}": (["--only", "kernels", "--shard", f"{i}/{KERNEL_SHARDS}"], 350_000) for i in range(KERNEL_SHARDS)}
 PARTS.update({p: (["--only", p], 1) for p in ("protocol", "coo", "specials", "messages")})
 ALL_PARTS_CHECK_AT_LEAST = 1_000_000
 
