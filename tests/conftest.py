@@ -117,7 +117,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))  # stable
 
 @pytest.fixture(scope="session")
-def shared_dir(tmp_path_factory):
+def shared_dir(request, tmp_path_factory):
     """A folder all xdist workers of this run share (the run's basetemp root); without xdist, the session's."""
     base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return base.parent if hasattr(request.config, "workerinput") else base  # workerinput: set on xdist workers
