@@ -84,3 +84,40 @@ def recorded_ops(monkeypatch):
     monkeypatch.setattr(ops_module, "_ops", rec)
     monkeypatch.setattr(reductions_module, "_ops", rec)
     return rec
+
+
+# ---- running the suite in parallel (pytest-xdist, tools/test.sh; docs/ci.md) -------------------------------
+# The groups that take minutes, longest first: started first, they do not leave one worker busy at the end.
+HEAVY_FIRST = ["test_recipe_e2e.py:cuda130", "emulation-kernels-0", "test_cuda_build.py", "emulation-kernels-1",
+               "test_recipe_e2e.py:cpu", "emulation-kernels-2", "test_torch_headers.py", "torch-headers-newest",
+               "test_gpu_model.py", "test_aarch64.py", "test_cpu_isa.py"]
+
+
+def _group(item) -> str:
+    """The module's name, or module:param where the module splits its tests by the value of one parametrized
+    fixture (XDIST_SPLIT_BY, a module fixture that is slow to set up for each value)."""
+    split = getattr(item.module, "XDIST_SPLIT_BY", None)
+    params = getattr(item, "callspec", None) and item.callspec.params
+    if split and params and split in params:
+        return f"{item.path.name}:{params[split]}"  # no "]": xdist would not read the group of a name ending in one
+    return item.path.name
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(config, items):
+    """Under --dist loadgroup, each module (or module:param, see _group) is one unit of work, so that its module
+    fixtures are built once, by one worker, unless a test names its own xdist_group; the HEAVY_FIRST groups are
+    queued first. The marks go on before the other hooks run (xdist's puts the group into the node ids), the
+    order is set after them (pytest's own reorders by fixture parameters)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    yield
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))  # stable
+
+@pytest.fixture(scope="session")
+def shared_dir(request, tmp_path_factory):
+    """A folder all xdist workers of this run share (the run's basetemp root); without xdist, the session's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(request.config, "workerinput") else base  # workerinput: set on xdist workers

@@ -6,10 +6,9 @@
   CUDA runtime, C/C++ runtime only), the shared cudart dependency and the build-info strings;
 - checks the CMake architecture selection (defaults from cmake/cuda_architectures.txt, CUDAARCHS,
   unsupported architectures) by configuring only;
-- runs the kernels' host emulation test (tests/cuda_emulation/emulate_kernels.cpp) under
-  AddressSanitizer/UBSan: the real kernel functors against a naive reference, thread order, invalid indptr.
+The kernels' host emulation under AddressSanitizer/UBSan is tests/test_cuda_emulation.py.
 
-Skipped, with the reason shown by `pytest -ra`, when nvcc (or g++ for the emulation) is absent.
+Skipped, with the reason shown by `pytest -ra`, when nvcc is absent.
 tools/check_cuda_build.py does the same build from the command line and also reports sizes and times.
 """
 
@@ -449,22 +448,3 @@ def test_cmake_arch_selection(tmp_path, how):
                 "cmake-define": "89-real"}[how]
     assert _cache_value(str(tmp_path), "CMAKE_CUDA_ARCHITECTURES") == expected
     assert f"architectures {expected} (from" in cp.stdout
-
-
-# ---- kernels, emulated on the host --------------------------------------------------------------------------
-
-@cpp_checks.needs_gxx_and_torch
-def test_kernels_emulated_on_host(tmp_path):
-    exe = cpp_checks.build(tmp_path, "tests/cuda_emulation/emulate_kernels.cpp", "-O0", "-DSEGOPS_EMU_QUICK",
-                           "-fno-strict-aliasing")
-    out = cpp_checks.run(exe, "--quick", tail=8000, ASAN_OPTIONS="detect_leaks=1")
-    m = re.search(r"(\d+) passed, (\d+) failed", out)
-    assert m and int(m.group(1)) > 1_000_000 and m.group(2) == "0", out
-    # the host twin of compute-sanitizer initcheck: no kernel loaded workspace bytes that no kernel stored
-    assert "reads of never-written workspace bytes: 0" in out, out
-    # the block emulation rejects kernels that break the barrier rules (each would hang or race on a GPU)
-    for kind, reason in [(0, "a thread returned while others wait at a block barrier"),
-                         (1, "threads wait at different barriers"),
-                         (2, "race: the result depends on the thread order")]:
-        bad = subprocess.run([exe, "--bad-block", str(kind)], capture_output=True, text=True)
-        assert bad.returncode != 0 and reason in bad.stdout + bad.stderr, (kind, bad.stdout + bad.stderr)

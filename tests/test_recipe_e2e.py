@@ -27,6 +27,7 @@ from tools import conda_tools as ct
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
+XDIST_SPLIT_BY = "built"  # the cpu and cuda130 packages are built by two workers at once (tests/conftest.py)
 METRICS = ct.cache_dir() / "conda-e2e-metrics.json"
 CI_ARCHS = "75-real;90-real"
 

@@ -7,6 +7,7 @@ py-rattler-build (render/build) and py-rattler (index/solve/install); no conda o
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -32,6 +33,24 @@ def cache_dir() -> Path:
         return Path(os.environ["TORCH_SEGOPS_CACHE"]).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return (Path(base) / "torch-segops").resolve()
+
+
+def cache_lock(name: str):
+    """Decorator: the function fills one part of the cache folder holding <cache>/locks/<name>.lock, so that
+    processes sharing the cache (parallel test workers, tools/bootstrap.sh's prefetch) fill it once, one after
+    the other, and never read a half-written download or unpacked tree. `name` is formatted with the call's
+    arguments ("cuda-wheels-{0}": one lock per CUDA version)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def locked(*args, **kwargs):
+            from filelock import FileLock  # a dependency of torch
+
+            folder = cache_dir() / "locks"
+            folder.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(folder / f"{name.format(*args, **kwargs)}.lock")):
+                return fn(*args, **kwargs)
+        return locked
+    return wrap
 
 
 def pypi_only_env() -> dict:

@@ -13,7 +13,7 @@ import sys
 
 if __package__ in (None, ""):  # run as a script: the tools package from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tools.conda_tools import cache_dir  # noqa: E402
+from tools.conda_tools import cache_dir, cache_lock  # noqa: E402
 from tools.cuda_build import build_flags  # noqa: E402
 from tools.cuda_toolchain import ARCH_TABLE, _vkey, arch_table  # noqa: E402
 
@@ -21,6 +21,7 @@ NVCC12_WHEEL = "nvidia-cuda-nvcc-cu12==12.9.86"
 PTX_ISA_OF_PTXAS = {"12.9": "8.8"}  # the newest PTX ISA a ptxas accepts (PTX ISA docs, release history)
 
 
+@cache_lock("nvcc12-wheel")
 def nvcc12_wheel_dir(download: bool = True) -> str:
     """host_config.h and ptxas of the nvidia-cuda-nvcc-cu12 12.9.86 wheel, unpacked into the cache folder
     (the wheel downloaded once with pip). Raises RuntimeError saying why when it cannot."""

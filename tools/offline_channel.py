@@ -55,7 +55,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script (python tools/offline_channel.py): the tools package from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tools import standin_packages  # noqa: E402
-from tools.conda_tools import cache_dir, pypi_only_env  # noqa: E402
+from tools.conda_tools import cache_dir, cache_lock, pypi_only_env  # noqa: E402
 from tools.standin_packages import (STANDIN, SUBDIR, Builder, ChannelError, activation, log, py_tag,  # noqa: E402
                                     rattler_modules, repack_wheels, run)
 
@@ -319,6 +319,7 @@ def _finish(b: Builder, fp: str, t0: float, **facts) -> None:
     log(f"done: {len(b.made)} packages in {time.time() - t0:.0f} s")
 
 
+@cache_lock("stand-in-channel")
 def ensure_channel(channel: Path = DEFAULT_CHANNEL, force: bool = False) -> tuple[Path, Path]:
     """Build (or reuse) the stand-in channel; returns (channel dir, offline variant file)."""
     channel = Path(channel).resolve()
@@ -374,6 +375,7 @@ def resolution_wheels(pip_output: str, dest: Path) -> list[Path]:
     return sorted(wheels)
 
 
+@cache_lock("cuda-wheels-{0}")
 def download_cuda_wheels(cuda: str) -> list[Path]:
     """PyPI's CUDA torch wheel and its whole dependency closure, into a cache folder that is kept
     (pip's own HTTP cache keeps none of these: the index sends no cache headers). Files already there
@@ -406,6 +408,7 @@ def download_cuda_wheels(cuda: str) -> list[Path]:
     return wheels
 
 
+@cache_lock("stand-in-channel-cuda{0}")
 def ensure_cuda_channel(cuda: str, base: Path = DEFAULT_CHANNEL, force: bool = False) -> Path:
     """The CUDA stand-ins, in a channel next to the base one (which must exist): pytorch ``cuda<XY>_*``
     and its NVIDIA wheels, cuda-cudart and cuda-cudart-dev. Returns the channel folder."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script (python tools/torch_wheels.py): the tools package from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.conda_tools import cache_dir, pypi_only_env  # noqa: E402
+from tools.conda_tools import cache_dir, cache_lock, pypi_only_env  # noqa: E402
 from tools.offline_channel import wheel_torch_version  # noqa: E402
 
 # The oldest torch whose stable ABI the library targets (data/compat.yaml stable_abi.min_torch).
@@ -77,6 +77,7 @@ def _cached(dest: Path, version: str, machine: str, py: str) -> Path | None:
     return found[-1] if found else None
 
 
+@cache_lock("torch-wheels")
 def download_torch(version: str = OLDEST, machine: str = "x86_64", python: str = "3.11") -> Path:
     """The torch==version wheel from PyPI for CPython `python` on linux `machine`, without dependencies,
     in wheel_dir(). Checks that the wheel is the build the tables above say (CUDA or +cpu)."""
@@ -102,6 +103,7 @@ def download_torch(version: str = OLDEST, machine: str = "x86_64", python: str =
     return whl
 
 
+@cache_lock("torch-trees")
 def torch_tree(whl: Path, members: tuple[str, ...] = BUILD_MEMBERS) -> Path:
     """The wheel's `torch/` folder, holding only `members` (prefixes below torch/), unpacked once into
     cache_dir()/torch-trees/<wheel>/torch. Usable as -DTORCH_SEGOPS_TORCH_DIR."""

@@ -1390,8 +1390,14 @@ void check_special_values(const Tunings& ts) {
   run_logsumexp_infinity<float>("short", ts.tiny_short_only, 1, {0, 60, 120, 180});
 }
 
-// Every op, dtype path and plan against the reference, thread orders, invalid indptr.
-void check_kernels(bool quick, const Tunings& ts) {
+struct Shard {
+  int index = 0, count = 1;
+  bool mine(size_t i) const { return static_cast<int>(i % static_cast<size_t>(count)) == index; }
+};
+
+// Every op, dtype path and plan against the reference, thread orders, invalid indptr. Every shard draws the
+// same problems (the generator runs through all of them) and checks its own.
+void check_kernels(bool quick, Shard shard, const Tunings& ts) {
   std::mt19937_64 rng(2024);
   const Tuning &dflt = ts.dflt, &tiny = ts.tiny, &tiny_short = ts.tiny_short, &mid = ts.mid;
   const Tuning &tiny_merge_only = ts.tiny_merge_only, &tiny_short_only = ts.tiny_short_only;
@@ -1417,7 +1423,8 @@ void check_kernels(bool quick, const Tunings& ts) {
     for (int kind = 0; kind < 8; ++kind) {
       const Shape& sh = shapes[si];
       const Problem pb = make_problem(rng, sh.lead, sh.ind_lead, sh.N, sh.S, sh.F, kind);
-      for (int ti = 0; ti < 6; ++ti) {
+      const bool mine = shard.mine(si);
+      for (int ti = 0; ti < 6 && mine; ++ti) {
         if (quick && ti == 2) continue;
         if (ti >= 4 && sh.F != 1) continue;  // F > 1: the same plans as tiny / tiny-short
         for (int mis = 0; mis < 3; ++mis) {
@@ -1428,7 +1435,7 @@ void check_kernels(bool quick, const Tunings& ts) {
       }
       // gather shapes: N == S
       const Problem gp = gather_problem(rng, sh.lead, sh.ind_lead, sh.S, sh.F, sh.N, kind);
-      for (int ti = 0; ti < 2; ++ti) {
+      for (int ti = 0; ti < 2 && mine; ++ti) {
         g_ctx = gp.name + " tuning=" + tuning_names[ti];
         run_gather_case<float>(gp, *tunings[ti], false, false);
         run_gather_case<BF16>(gp, *tunings[ti], ti == 1 ? 1 : 0, false);
@@ -1447,6 +1454,7 @@ void check_kernels(bool quick, const Tunings& ts) {
       {0, 1, 2, 3, 4, 5, 7}, {3, 5, 4, 6},    {0, 0, 0, 0, 0, 0, -1},
   };
   for (const auto& row : bad_rows) {
+    if (shard.index != 0) break;
     for (int64_t F : {1, 3, 8, 16}) {
       Problem pb;
       pb.N = 6;
@@ -1483,7 +1491,7 @@ void check_kernels(bool quick, const Tunings& ts) {
     }
   }
   // Random garbage offsets.
-  for (int it = 0; it < (quick ? 20 : 60); ++it) {
+  for (int it = 0; it < (quick ? 20 : 60) && shard.index == 0; ++it) {
     Problem pb;
     pb.N = static_cast<int64_t>(rng() % 40);
     pb.S = static_cast<int64_t>(rng() % 12);
@@ -1502,12 +1510,27 @@ void check_kernels(bool quick, const Tunings& ts) {
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::strcmp(argv[1], "--bad-block") == 0) return run_bad_block(std::atoi(argv[2]));
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  // --only a,b: these parts alone (kernels, protocol, coo, specials, messages)
-  const std::string only = argc > 2 && std::strcmp(argv[1], "--only") == 0 ? "," + std::string(argv[2]) + "," : "";
+  // --quick: the CI subset; --only a,b: these parts alone (kernels, protocol, coo, specials, messages);
+  // --shard i/n: of the kernels part, the shapes with index % n == i (the invalid offsets with shard 0)
+  bool quick = false;
+  std::string only;
+  Shard shard;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = "," + std::string(argv[++i]) + ",";
+    } else if (std::strcmp(argv[i], "--shard") == 0 && i + 1 < argc &&
+               std::sscanf(argv[++i], "%d/%d", &shard.index, &shard.count) == 2 && shard.count > 0 &&
+               shard.index >= 0 && shard.index < shard.count) {
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--only part,...] [--shard i/n] | --bad-block kind\n", argv[0]);
+      return 2;
+    }
+  }
   auto part = [&](const char* name) { return only.empty() || only.find("," + std::string(name) + ",") != std::string::npos; };
   const Tunings ts = make_tunings();
-  if (part("kernels")) check_kernels(quick, ts);
+  if (part("kernels")) check_kernels(quick, shard, ts);
   if (part("protocol")) check_error_protocol(ts);
   if (part("coo")) check_index_to_indptr();
   if (part("specials")) check_special_values(ts);

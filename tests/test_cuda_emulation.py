@@ -1,0 +1,85 @@
+"""The CUDA kernels, emulated on the host (tests/cuda_emulation/emulate_kernels.cpp) under AddressSanitizer/UBSan:
+the real kernel functors against a naive reference, thread orders, invalid indptr, the error protocol, COO, special
+values, messages; and the block emulation's own controls.
+
+The executable is compiled once per run (by the first xdist worker that needs it; the others wait for it) and run
+in parts, each part a test of its own, so that two workers share the run (docs/ci.md). Together the parts check
+what one `--quick` run checks: the kernels part is cut into shards of its shapes (every shard draws all the
+problems, in the same order, and checks its own), the invalid offsets go with shard 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+import cpp_checks
+
+SOURCE = "tests/cuda_emulation/emulate_kernels.cpp"
+FLAGS = ("-O0", "-DSEGOPS_EMU_QUICK", "-fno-strict-aliasing")
+KERNEL_SHARDS = 3
+# (arguments, the fewest checks that part runs): the kernels part in shards of its shapes
+PARTS = {f"kernels-{i}": (["--only", "kernels", "--shard", f"{i}/{KERNEL_SHARDS}"], 350_000) for i in range(KERNEL_SHARDS)}
+PARTS["others"] = (["--only", "protocol,coo,specials,messages"], 1)  # seconds together; the kernels take minutes
+ALL_PARTS_CHECK_AT_LEAST = 1_000_000
+
+
+@pytest.fixture(scope="session")
+def emulator(shared_dir):
+    """The executable, built once for all workers (its compile takes minutes at -O0 with the sanitizers)."""
+    from filelock import FileLock
+
+    exe, failed = shared_dir / "emulate_kernels", shared_dir / "emulate_kernels.failed"
+    with FileLock(str(shared_dir / "emulate_kernels.lock")):
+        if failed.exists():
+            pytest.fail(f"the emulation did not compile (another worker tried):\n{failed.read_text()}")
+        if not exe.exists():
+            work = shared_dir / "emulate_kernels-build"
+            work.mkdir(exist_ok=True)
+            try:
+                built = cpp_checks.build(work, SOURCE, *FLAGS)
+            except AssertionError as e:
+                failed.write_text(str(e))
+                raise
+            os.replace(built, exe)
+    return str(exe)
+
+
+def _counts(out: str) -> tuple[int, int]:
+    m = re.search(r"(\d+) passed, (\d+) failed", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+@cpp_checks.needs_gxx_and_torch
+@pytest.mark.parametrize("part", [pytest.param(p, marks=pytest.mark.xdist_group(f"emulation-{p}")) for p in PARTS])
+def test_kernels_emulated_on_host(emulator, part):
+    args, at_least = PARTS[part]
+    out = cpp_checks.run(emulator, "--quick", *args, tail=8000, ASAN_OPTIONS="detect_leaks=1")
+    passed, failed = _counts(out)
+    assert passed >= at_least and failed == 0, out
+    # the host twin of compute-sanitizer initcheck: no kernel loaded workspace bytes that no kernel stored
+    assert "reads of never-written workspace bytes: 0" in out, out
+
+
+def test_parts_cover_the_whole_run():
+    """Every part main() runs is one of PARTS (a part added to the executable is not left out of CI), and the
+    fewest checks the parts run add up to what the whole run was held to before it was split."""
+    with open(os.path.join(cpp_checks.REPO, SOURCE)) as fh:
+        in_main = set(re.findall(r'if \(part\("(\w+)"\)\)', fh.read()))
+    assert in_main == {part for args, _ in PARTS.values() for part in args[1].split(",")}, in_main
+    assert sum(at_least for _, at_least in PARTS.values()) > ALL_PARTS_CHECK_AT_LEAST
+
+
+@cpp_checks.needs_gxx_and_torch
+@pytest.mark.xdist_group("emulation-controls")
+@pytest.mark.parametrize("kind, reason", [(0, "a thread returned while others wait at a block barrier"),
+                                          (1, "threads wait at different barriers"),
+                                          (2, "race: the result depends on the thread order")])
+def test_block_emulation_rejects_broken_kernels(emulator, kind, reason):
+    """The block emulation rejects kernels that break the barrier rules (each would hang or race on a GPU)."""
+    bad = subprocess.run([emulator, "--bad-block", str(kind)], capture_output=True, text=True)
+    assert bad.returncode != 0 and reason in bad.stdout + bad.stderr, (kind, bad.stdout + bad.stderr)
