@@ -156,7 +156,7 @@ REACHES = {
     "segment_max": (_CSR, {_MAX}),
     "segment_min": (_CSR, {_MIN}),
     "softmax_ptr": (_CSR, {_MAX, _SUM, _GATHER}),
-    "scatter_argmax": ({"scatter_max"}, {"torch_segops::index_sort", _MAX}),  # the CPU scatter: one counting sort
+    "scatter_argmax": ({"scatter_max"}, {"torch_segops::scatter_max"}),  # the CPU scatter op (#38): no sort
     "scatter_max_cpu": (set(), set()),
     "SumAggregation_ptr": (_CSR, {_SUM, _GATHER}),
     "MeanAggregation_ptr": (_CSR, {_MEAN, _GATHER}),
