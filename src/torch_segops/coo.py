@@ -160,14 +160,12 @@ def _csr_route(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Ten
     """_reduce_by_index where the scatter ops have no kernel (_has_scatter_ops)."""
     if perm is not None and indptr is not None:
         return _reduce_csr(fn, src, indptr, out, reduce, rounding, perm)
-    if sorted:
-        return _reduce_csr(fn, src, index_offsets(index, size, True), out, reduce, rounding)
-    if caller_index is not None:
+    if not sorted and caller_index is not None:
         check_index_values(fn, caller_index, size)  # before the sort: the caller's positions
-    # the offsets of the index as given: a bad value is reported at its own position, also where the check above
-    # does not run (torch.compile); the sort gives only the order
-    indptr = index_offsets(index, size, False)
-    order = torch.sort(index, dim=-1, stable=True)[1]
+    # the offsets of the index as given, sorted or not: a bad value is reported at its own position, also where the
+    # check above does not run (torch.compile); the sort gives only the order
+    indptr = index_offsets(index, size, sorted)
+    order = None if sorted else torch.sort(index, dim=-1, stable=True)[1]
     return _reduce_csr(fn, src, indptr, out, reduce, rounding, order)
 
 
