@@ -288,7 +288,7 @@ def plot_gpu_prediction(src: Path | str, out: Path, title: str | None = None, st
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="predicted = measured")
     ax.fill_between([lo, hi], [lo * (1 - stated_error), hi * (1 - stated_error)],
                     [lo * (1 + stated_error), hi * (1 + stated_error)], color="#cccccc", alpha=0.5,
-                    label=f"the model's stated error (±{stated_error:.0%})")
+                    label=f"the model's stated error (±{stated_error:.0%}, for full-size rows)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
