@@ -24,6 +24,7 @@ import torch
 if __package__ in (None, ""):  # run as a script (python benchmarks/bench_coo.py): the benchmarks package from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common as C  # noqa: E402
+from benchmarks import plots  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 
@@ -99,7 +100,9 @@ def main() -> None:
     ap.add_argument("--orders", default="sorted,shuffled", help="index orders to run")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--markdown", help="append the results as markdown to this file")
+    plots.add_plot_argument(ap)
     args = ap.parse_args()
+    plots.check_plot_argument(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     shapes = QUICK if args.quick else [s for s in SHAPES if not args.shapes or s[0] in args.shapes.split(",")]
@@ -124,16 +127,18 @@ def main() -> None:
             ]
             lines.append("| " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
+    table = ["| shape (fp32) | index | case | segops | pytorch_scatter | segops / pytorch_scatter | "
+             "segops / torch | segops / segment_coo | other |", "|" + "---|" * 9, *lines]
     if args.markdown:
         env = C.environment()
         load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(load_before, os.getloadavg()))
         head = ["", *[f"- {k}: {v}" for k, v in env.items()], f"- rounds: {args.rounds} (3 or more at 20M rows)",
-                f"- load average (1/5/15 min, before/after): {load}", "",
-                "| shape (fp32) | index | case | segops | pytorch_scatter | segops / pytorch_scatter | "
-                "segops / torch | segops / segment_coo | other |", "|" + "---|" * 9]
+                f"- load average (1/5/15 min, before/after): {load}", ""]
         with open(args.markdown, "a") as fh:
-            fh.write("\n".join(head + lines) + "\n")
+            fh.write("\n".join(head + table) + "\n")
         print("appended to", args.markdown)
+    plots.plot_from_script("coo-vs-pytorch-scatter", "\n".join(table), args,
+                           f"COO and scatter, CPU, {torch.get_num_threads()} threads: bench_coo.py")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import torch
 if __package__ in (None, ""):  # run as a script (python benchmarks/bench_cpu.py): the benchmarks package from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common as C  # noqa: E402
+from benchmarks import plots  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 
@@ -136,7 +137,9 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=None, help="timed repeats per candidate and round (default 3)")
     p.add_argument("--markdown", metavar="FILE", help="also write the table as markdown to FILE")
     p.add_argument("--ops", help="comma-separated ops to run (default: every op of each shape)")
+    plots.add_plot_argument(p)
     args = p.parse_args(argv)
+    plots.check_plot_argument(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     cases = QUICK if args.quick else FULL
@@ -171,6 +174,8 @@ def main(argv=None):
             fh.write(f"- command: `python benchmarks/bench_cpu.py {' '.join(argv if argv is not None else sys.argv[1:])}`\n\n")
             fh.write(C.table(rows, columns, markdown=True) + "\n\n" + NOTES.format(rounds=rounds))
         print(f"markdown written to {args.markdown}")
+    plots.plot_from_script("cpu-bandwidth", C.table(rows, columns, markdown=True), args,
+                           f"CPU, fp32 unless noted: bench_cpu.py, {env['date']}")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import torch
 if __package__ in (None, ""):  # run as a script (python benchmarks/bench_cuda.py): the benchmarks package from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common as C  # noqa: E402
+from benchmarks import plots  # noqa: E402
 
 try:  # research/gpu_model/model.py imports this module for make_indptr only, without a built library
     import torch_segops as so  # noqa: E402
@@ -258,7 +259,9 @@ def main(argv=None):
     p.add_argument("--markdown", metavar="FILE", help="also write the table as markdown to FILE")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="cpu: smoke-test this script without a GPU (timings meaningless)")
+    plots.add_plot_argument(p)
     args = p.parse_args(argv)
+    plots.check_plot_argument(args)
     global DEVICE
     DEVICE = args.device
     if DEVICE == "cpu":
@@ -270,6 +273,8 @@ def main(argv=None):
         print(table(results))
         bad = [r for r in results if r["agrees"] is False]
         print(f"{len(results) - len(bad)} passed, {len(bad)} failed")
+        plots.plot_from_script("cuda-bandwidth", table(results, markdown=True), args,
+                               "bench_cuda.py --device cpu (a smoke test: timings meaningless)")
         return 1 if bad else 0
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to benchmark", file=sys.stderr)
@@ -316,6 +321,8 @@ def main(argv=None):
     if args.markdown:
         write_markdown(done=True)
         print(f"markdown written to {args.markdown}")
+    plots.plot_from_script("cuda-bandwidth", table(results, markdown=True), args,
+                           f"CUDA, {env['gpu']}: bench_cuda.py{' --quick' if args.quick else ''}")
     return 0
 
 

@@ -25,6 +25,7 @@ import torch
 if __package__ in (None, ""):  # run as a script (python benchmarks/bench_extrema.py): the benchmarks package from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common as C  # noqa: E402
+from benchmarks import plots  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 
@@ -55,7 +56,9 @@ def main(argv=None):
     ap.add_argument("--loop", help="run this candidate in a loop instead of timing (for a profiler)")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--markdown")
+    plots.add_plot_argument(ap)
     args = ap.parse_args(argv)
+    plots.check_plot_argument(args)
     torch.set_num_threads(args.threads)
     lines = []
     for label in args.shape or list(SHAPES):
@@ -84,6 +87,8 @@ def main(argv=None):
         text = (f"threads {args.threads}, {args.rounds} interleaved rounds x {args.repeats}, medians; ratios: median "
                 f"of per-round ratios\n\n{table}\n\n{env}\n")
         C.emit(text, args.markdown)
+        plots.plot_from_script("extrema", table, args, f"segment min/max vs sum, CPU, {args.threads} threads: "
+                               "bench_extrema.py")
 
 
 if __name__ == "__main__":

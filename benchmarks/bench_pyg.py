@@ -196,7 +196,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="200k edges, 10k nodes, 3 rounds")
     parser.add_argument("--markdown", help="also write the table to this file")
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from benchmarks import plots
+
+    plots.add_plot_argument(parser)
     args = parser.parse_args()
+    plots.check_plot_argument(args)
     if args.worker:
         worker(args.worker, args.edges, args.nodes, args.feat, args.threads)
         return
@@ -208,6 +214,8 @@ def main() -> None:
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(table)
+    plots.plot_from_script("pyg-alias", table, args, f"PyG with the torch_scatter alias, CPU, {args.threads} "
+                           "threads: bench_pyg.py")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import torch
 if __package__ in (None, ""):  # run as a script (python benchmarks/bench_scatter.py): the benchmarks package from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common as C  # noqa: E402
+from benchmarks import plots  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 
@@ -60,7 +61,9 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=20.0, help="time budget per shape and op")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--markdown", help="write the results as markdown to this file")
+    plots.add_plot_argument(ap)
     args = ap.parse_args()
+    plots.check_plot_argument(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     shapes = QUICK if args.quick else SHAPES
@@ -85,23 +88,26 @@ def main() -> None:
             print(f"{label:24s} {op:4s} " + "  ".join(f"{k} {v * 1e3:8.1f} ms" for k, v in med.items() if v)
                   + f"  | sort every call {med['segops scatter'] / med[best]:.2f}x, plan "
                   f"{med['segops scatter, plan'] / med[best]:.2f}x the time of {best}", flush=True)
+    names = ["segops scatter", "segops scatter, plan", "plan alone (sort)", "scatter_reduce_", "index_add_"]
+    table = ["| shape (fp32) | op | " + " | ".join(names) + " | sort every call / fastest torch | plan / fastest torch |",
+             "|" + "---|" * (len(names) + 4)]
+    for label, op, med, best, ratios in rows:
+        cells = [C._fmt_time(med.get(k)) if k in med else "-" for k in names]
+        rs = [f"{med[k] / med[best]:.2f}x ({best}){C._range(ratios[k], '{:.2f}x')}"
+              for k in ("segops scatter", "segops scatter, plan")]
+        table.append(f"| {label} | {op} | " + " | ".join(cells) + " | " + " | ".join(rs) + " |")
     if args.markdown:
         env = C.environment()
-        names = ["segops scatter", "segops scatter, plan", "plan alone (sort)", "scatter_reduce_", "index_add_"]
         lines = ["# Deterministic scatter vs torch's scatter_reduce_ / index_add_ (CPU)", "",
                  *[f"- {k}: {v}" for k, v in env.items()], "",
                  "Median times over interleaved rounds; the ratio columns are torch_segops' time divided by the "
                  "fastest torch op's in the same round (above 1: slower), median and [range over rounds].", "",
-                 "| shape (fp32) | op | " + " | ".join(names) + " | sort every call / fastest torch | plan / fastest torch |",
-                 "|" + "---|" * (len(names) + 4)]
-        for label, op, med, best, ratios in rows:
-            cells = [C._fmt_time(med.get(k)) if k in med else "-" for k in names]
-            rs = [f"{med[k] / med[best]:.2f}x ({best}){C._range(ratios[k], '{:.2f}x')}"
-                  for k in ("segops scatter", "segops scatter, plan")]
-            lines.append(f"| {label} | {op} | " + " | ".join(cells) + " | " + " | ".join(rs) + " |")
+                 *table]
         with open(args.markdown, "w") as fh:
             fh.write("\n".join(lines) + "\n")
         print("wrote", args.markdown)
+    plots.plot_from_script("scatter-vs-torch", "\n".join(table), args,
+                           f"deterministic scatter vs torch, CPU, {torch.get_num_threads()} threads: bench_scatter.py")
 
 
 if __name__ == "__main__":

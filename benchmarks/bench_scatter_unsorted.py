@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: the benchmarks package from th
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import common as C  # noqa: E402
 from benchmarks.bench_coo import _ratio  # noqa: E402
+from benchmarks import plots  # noqa: E402
 
 import torch_segops as so  # noqa: E402
 
@@ -106,7 +107,9 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--shapes", help="rows:F:targets,... (default: SHAPES)")
     ap.add_argument("--markdown", help="append the results as markdown to this file")
+    plots.add_plot_argument(ap)
     args = ap.parse_args()
+    plots.check_plot_argument(args)
     torch.set_num_threads(args.threads)
     lines = []
     load_before = os.getloadavg()
@@ -129,17 +132,19 @@ def main() -> None:
             lines.append("| " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
         del src, index
+    order = "segops / pytorch_scatter / torch scatter_reduce_ [/ torch index_add_]"
+    table = ["| rows x F (fp32) | targets | reduce | segops | pytorch_scatter | segops / pytorch_scatter | "
+             f"segops / torch | peak MiB per call ({order}) |", "|" + "---|" * 8, *lines]
     if args.markdown:
         env = C.environment()
         load = ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(load_before, os.getloadavg()))
-        order = "segops / pytorch_scatter / torch scatter_reduce_ [/ torch index_add_]"
         head = ["", *[f"- {k}: {v}" for k, v in env.items()], f"- threads: {args.threads}, rounds: {args.rounds}",
-                f"- load average (1/5/15 min, before/after): {load}", "",
-                "| rows x F (fp32) | targets | reduce | segops | pytorch_scatter | segops / pytorch_scatter | "
-                f"segops / torch | peak MiB per call ({order}) |", "|" + "---|" * 8]
+                f"- load average (1/5/15 min, before/after): {load}", ""]
         with open(args.markdown, "a") as fh:
-            fh.write("\n".join(head + lines) + "\n")
+            fh.write("\n".join(head + table) + "\n")
         print("appended to", args.markdown)
+    plots.plot_from_script("unsorted-vs-pytorch-scatter", "\n".join(table), args,
+                           f"scatter, shuffled index, CPU, {args.threads} threads: bench_scatter_unsorted.py")
 
 
 if __name__ == "__main__":
