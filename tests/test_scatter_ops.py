@@ -131,8 +131,7 @@ def old_scatter(src, index, dim, size, reduce, out=None):
         return values, (arg if reduce in ("min", "max") else None)
     counts = torch.bincount(index.long(), minlength=size).clamp(min=1).to(values.dtype)
     counts = counts.view([size] + [1] * (src.dim() - dim - 1))
-    rule = {"sum": "add"}.get(reduce, reduce)
-    result, arg = reduce_into("scatter", out, rule, values, arg, shape[dim], counts if reduce == "mean" else values,
+    result, arg = reduce_into("scatter", out, reduce, values, arg, shape[dim], counts if reduce == "mean" else values,
                               "floor")
     return result, (arg if reduce in ("min", "max") else None)
 

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from ._arguments import check_csr_tensors, check_index_values, check_out, reduced_shape
-from ._reductions import (combine_rule, divide_by_counts, has_arg, no_arg, run, run_out, run_scatter,
-                          run_scatter_plan, segment_lengths, sum_then_divide, sums_integers_then_divides,
+from ._reductions import (combine_into, combines_sums, divide_by_counts, has_arg, multiplies, no_arg, run, run_out,
+                          run_scatter, run_scatter_plan, segment_lengths, sum_then_divide, sums_integers_then_divides,
                           target_counts)
 
 _ops = torch.ops.torch_segops
@@ -95,29 +95,14 @@ def index_offsets(index: Tensor, size: int, check_sorted: bool) -> Tensor:
     return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)
 
 
-def reduce_into(fn: str, out: Tensor, rule: str, values: Tensor, arg: Tensor, n: int,
-                 counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
-    """Reduce a fresh reduction into ``out``'s current values (COO and scatter semantics) by a combine rule of
-    _reductions.py and write the result into ``out``. ``values`` holds the segment sums for "mean" (divided
-    here, after adding out's values). For "min"/"max", ``out_i`` wins ties and empty segments (its arg is then
-    ``n``, src.size(dim))."""
+def reduce_into(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Tensor, n: int,
+                counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
+    """Reduce a fresh reduction into ``out``'s current values (COO and scatter semantics) by the combine function of
+    the reduction ``reduce`` (_reductions.combine_into) and write the result into ``out``. ``values`` holds the
+    segment sums where combines_sums(reduce) (divided there, after adding out's values)."""
     check_out(fn, out, values.dtype, values.device, list(values.shape))
-    if rule == "add":
-        return out.copy_(out + values), arg
-    if rule == "mul":
-        # values' gradient needs out's old values, which copy_ overwrites: autograd keeps a copy of them instead
-        old = out.clone() if torch.is_grad_enabled() and values.requires_grad else out
-        return out.copy_(old * values), arg
-    if rule == "mean":
-        return out.copy_(divide_by_counts(out + values, counts, rounding)), arg
-    if rule != "min" and rule != "max":
-        raise ValueError(f"torch_segops.{fn}: no out= combine rule '{rule}'")
-    better = values < out if rule == "min" else values > out
-    if values.is_floating_point():  # a NaN wins (first NaN kept), as in the segment reductions
-        better = better | (values.isnan() & ~out.isnan())
-    better = better & (arg != n)  # an empty segment has nothing to offer
-    arg = torch.where(better, arg, torch.full_like(arg, n))
-    return out.copy_(torch.where(better, values, out)), arg
+    result, arg = combine_into(reduce, out, values, arg, n, counts, rounding)
+    return out.copy_(result), arg
 
 
 def has_scatter_ops(src: Tensor) -> bool:
@@ -156,18 +141,17 @@ def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], red
     if perm is not None:
         src = _permute_rows(src, perm, dim)
     integer = not src.is_floating_point() and not src.is_complex()
-    rule = combine_rule(reduce)
     if out is None and integer and sums_integers_then_divides(reduce):
         return sum_then_divide(src, indptr, rounding), indptr.new_empty([0])
-    if out is not None and rule == "mean":  # the sum now, divided by the counts after out's values are added
+    if out is not None and combines_sums(reduce):  # the sum now, divided by the counts after out's values are added
         total = _ops.segment_sum(src, indptr)
-        return reduce_into(fn, out, rule, total, indptr.new_empty([0]), n, segment_lengths(indptr, total), rounding)
+        return reduce_into(fn, out, reduce, total, indptr.new_empty([0]), n, segment_lengths(indptr, total), rounding)
     values, arg = run(src, indptr, reduce)
     if perm is not None and has_arg(reduce):
         arg = _original_arg(arg, perm, dim, n)
     if out is None:
         return values, arg
-    return reduce_into(fn, out, rule, values, arg, n, values, rounding)
+    return reduce_into(fn, out, reduce, values, arg, n, values, rounding)
 
 
 def _csr_route(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Tensor], reduce: str, rounding: str,
@@ -218,9 +202,8 @@ def reduce_by_index(fn: str, src: Tensor, index: Tensor, size: int, out: Optiona
     dim = index.dim() - 1
     n = src.size(dim)
     integer = not src.is_floating_point() and not src.is_complex()
-    rule = combine_rule(reduce)
     what = reduce
-    if (out is None and integer and sums_integers_then_divides(reduce)) or (out is not None and rule == "mean"):
+    if (out is None and integer and sums_integers_then_divides(reduce)) or (out is not None and combines_sums(reduce)):
         what = "sum"  # divided by the counts here, after out's values are added
     if perm is not None and indptr is not None:
         values, arg = run_scatter_plan(src, perm, indptr, what)
@@ -233,10 +216,10 @@ def reduce_by_index(fn: str, src: Tensor, index: Tensor, size: int, out: Optiona
             counts = target_counts(index, values)
         if out is None:
             return divide_by_counts(values, counts, rounding), arg
-        return reduce_into(fn, out, rule, values, arg, n, counts, rounding)
+        return reduce_into(fn, out, reduce, values, arg, n, counts, rounding)
     if out is None:
         return values, arg
-    return reduce_into(fn, out, rule, values, arg, n, values, rounding)
+    return reduce_into(fn, out, reduce, values, arg, n, values, rounding)
 
 
 # ---- the sort of an index (scatter plans) -----------------------------------------------------------------
@@ -311,8 +294,9 @@ def scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size:
     shape[dim] = max(size, 0)
     # zeros (ones for mul) that stay connected to src for autograd (a reduction over an empty dim or of no
     # elements)
-    rule = "mul" if combine_rule(reduce) == "mul" else "add"  # out unchanged: times 1, or plus 0
-    if rule == "mul":
+    combined_as = "sum"  # out unchanged: plus 0, or times 1
+    if multiplies(reduce):
+        combined_as = "mul"
         values = src.prod(dim, keepdim=True, dtype=src.dtype).expand(shape)
     else:
         values = src.sum(dim, keepdim=True, dtype=src.dtype).expand(shape)
@@ -321,4 +305,4 @@ def scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size:
         arg = arg.new_empty([0])
     if out is None:
         return values.contiguous(), arg
-    return reduce_into(fn, out, rule, values, arg, src.size(dim), values, "floor")
+    return reduce_into(fn, out, combined_as, values, arg, src.size(dim), values, "floor")
