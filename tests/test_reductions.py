@@ -5,6 +5,7 @@ but _reductions.py interprets a reduction's name."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -177,3 +178,22 @@ def test_cpp_registry_and_reducer_traits(tmp_path):
         (name, f"segment_{name}", has_arg, integers) for _, name, _, has_arg, integers in cpp_rows()]
     assert "integer names: sum, mul, min, max" in out
 
+
+def test_adding_a_reduction_in_design_md_follows_the_code():
+    """docs/design.md's "Adding a reduction" names the files a new reduction touches, and the literal functions of
+    _reductions.py that need its branch: the files exist, and every function of _reductions.py that branches on a
+    reduction's name is named there."""
+    text = (REPO / "docs" / "design.md").read_text()
+    section = text[text.index("## Adding a reduction"):text.index("## Adding an op")]
+    paths = re.findall(r"`((?:src|research|tests)/[\w/.-]+\.\w+)`", section)
+    assert len(paths) >= 4 and all((REPO / p).exists() for p in paths), paths
+    tree = ast.parse((REPO / "src" / "torch_segops" / "_reductions.py").read_text())
+
+    def branches_on_a_name(f):
+        return any(isinstance(c, ast.Compare) and isinstance(c.left, ast.Name) and c.left.id in ("name", "reduce")
+                   and any(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in c.comparators)
+                   for c in ast.walk(f))
+
+    branching = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and branches_on_a_name(f)}
+    assert {"run", "combine_into", "reduction_of"} <= branching, branching
+    assert branching <= set(re.findall(r"`(\w+)`", section)), branching - set(re.findall(r"`(\w+)`", section))

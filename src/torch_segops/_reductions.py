@@ -1,10 +1,10 @@
 """The reductions, in one table: the Python half of ``src/csrc/reductions.h``. For each one: the compiled ops
 it runs, the ``reduce=`` names that select it, how integer ``src`` reduces, how the COO and scatter functions
-reduce into an ``out=`` tensor's values, and its gradient. ops.py, coo.py, scatter.py and _registrations.py
-read it; nothing else interprets a reduction's name. Adding a reduction: docs/design.md, "Adding a reduction".
+reduce into an ``out=`` tensor's values (its combine function), and its gradient. _segment.py (the core),
+_registrations.py and the public modules (``reduction_of``) read it; nothing else interprets a reduction's name. Adding a reduction: docs/design.md, "Adding a reduction".
 
 The public wrappers compile with ``torch.jit.script``, which reads no Python globals, so the functions they
-call (``reduction_of`` down to ``run_out``) spell the table's facts as literals; tests/test_reductions.py
+call (``reduction_of`` down to ``run_scatter_plan``) spell the table's facts as literals; tests/test_reductions.py
 checks each of them against ``REDUCTIONS``, and ``REDUCTIONS`` against the C++ list.
 """
 
