@@ -88,13 +88,13 @@ def test_version_at_least(v, minimum, ok):
      ("90a-real", (9, 0, "a", True, False)), ("100f", (10, 0, "f", True, True)), ("sm_86", (8, 6, "", True, True))],
 )
 def test_parse_arch(entry, expected):
-    e = D.gpu_checks.parse_arch(entry)
+    e = D.checks.parse_arch(entry)
     assert (e.major, e.minor, e.suffix, e.sass, e.ptx) == expected
 
 
 @pytest.mark.parametrize("entry", ["native", "all", "all-major", "", "75-realish"])
 def test_parse_arch_rejects_lists_it_cannot_judge(entry):
-    assert D.gpu_checks.parse_arch(entry) is None
+    assert D.checks.parse_arch(entry) is None
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_parse_arch_rejects_lists_it_cannot_judge(entry):
     ],
 )
 def test_arch_support(cc, archs, kind, via):
-    got_kind, entry = D.gpu_checks.arch_support(cc, archs)
+    got_kind, entry = D.checks.arch_support(cc, archs)
     assert got_kind == kind
     assert (entry.name if entry else None) == via
 

@@ -453,8 +453,8 @@ def test_arch_rows_run_wherever_conda_forge_pytorch_runs():
         theirs = [f"{s}-real" for s in build["sass"]] + [f"{p}-virtual" for p in build["ptx"]]
         for cc in build.get("runs_on") or cuda_row(build["cuda"])["archs"]:
             gpu = (cc // 10, cc % 10)
-            want, _ = doctor.gpu_checks.arch_support(gpu, theirs)
-            got, _ = doctor.gpu_checks.arch_support(gpu, ours)
+            want, _ = doctor.checks.arch_support(gpu, theirs)
+            got, _ = doctor.checks.arch_support(gpu, ours)
             if want == "sass":
                 assert got == "sass", f"CUDA {build['cuda']} {build['platforms']}: pytorch has SASS for sm_{cc}, we have {got}"
             elif want == "ptx":
@@ -510,5 +510,5 @@ def test_environment_files_and_docs_promise_only_shipped_archs():
     assert len(claims) >= 6, claims
     for cuda, where, text in claims:
         for gpu in _gpus_named(text):
-            got, _ = doctor.gpu_checks.arch_support(gpu, arch_row(cuda))
+            got, _ = doctor.checks.arch_support(gpu, arch_row(cuda))
             assert got == "sass", f"{where} names sm_{gpu[0]}{gpu[1]} for CUDA {cuda}; the package has {got}: {text}"

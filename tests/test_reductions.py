@@ -5,6 +5,7 @@ but _reductions.py interprets a reduction's name."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -78,8 +79,33 @@ def test_scriptable_functions_agree_with_the_table(reductions, name):
     r = reductions.REDUCTIONS[name]
     assert reductions.has_arg(name) == r.has_arg
     assert reductions.sums_integers_then_divides(name) == (r.integers == "sum_then_divide")
-    assert reductions.combine_rule(name) == r.combine
+    assert reductions.combines_sums(name) == (r.integers == "sum_then_divide" and r.combine is not None)
+    assert reductions.multiplies(name) == (name == "mul")
     assert r.saves in ("", "src", "arg") and (r.saves == "arg") == r.has_arg
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_combine_into_is_the_tables_combine_function(reductions, name):
+    """combine_into (literal, for TorchScript) applies the row's own combine function; a reduction without one
+    raises, so that a new reduction cannot fall through to another's rule (e.g. max's signed comparison)."""
+    r = reductions.REDUCTIONS[name]
+    g = torch.Generator().manual_seed(5)
+    out, values = (torch.randn(4, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    values[0, 0], out[1, 1] = float("nan"), float("-inf")
+    arg, counts = torch.tensor([[0, 1, 2], [6, 6, 6], [3, 4, 5], [1, 1, 6]]), torch.tensor([[2.0], [1.0], [3.0], [1.0]])
+    args = (out, values, arg, 6, counts.double(), "floor")
+    if r.combine is None:
+        with pytest.raises(ValueError, match=f"the reduction '{name}' has no out= combine rule"):
+            reductions.combine_into(name, *args)
+        return
+    got, want = reductions.combine_into(name, *args), r.combine(*args)
+    assert all(torch.equal(a, b) or torch.allclose(a, b, equal_nan=True) for a, b in zip(got, want))
+
+
+def test_combine_into_refuses_a_reduction_it_does_not_know(reductions):
+    with pytest.raises(ValueError, match="the reduction 'absmax' has no out= combine rule"):
+        reductions.combine_into("absmax", torch.zeros(2), torch.ones(2), torch.zeros(2, dtype=torch.long), 1,
+                                torch.ones(2), "floor")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -151,3 +177,23 @@ def test_cpp_registry_and_reducer_traits(tmp_path):
     assert [(n, f"segment_{n}", a == "1", i == "1") for n, _, a, i in rows] == [
         (name, f"segment_{name}", has_arg, integers) for _, name, _, has_arg, integers in cpp_rows()]
     assert "integer names: sum, mul, min, max" in out
+
+
+def test_adding_a_reduction_in_design_md_follows_the_code():
+    """docs/design.md's "Adding a reduction" names the files a new reduction touches, and the literal functions of
+    _reductions.py that need its branch: the files exist, and every function of _reductions.py that branches on a
+    reduction's name is named there."""
+    text = (REPO / "docs" / "design.md").read_text()
+    section = text[text.index("## Adding a reduction"):text.index("## Adding an op")]
+    paths = re.findall(r"`((?:src|research|tests)/[\w/.-]+\.\w+)`", section)
+    assert len(paths) >= 4 and all((REPO / p).exists() for p in paths), paths
+    tree = ast.parse((REPO / "src" / "torch_segops" / "_reductions.py").read_text())
+
+    def branches_on_a_name(f):
+        return any(isinstance(c, ast.Compare) and isinstance(c.left, ast.Name) and c.left.id in ("name", "reduce")
+                   and any(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in c.comparators)
+                   for c in ast.walk(f))
+
+    branching = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and branches_on_a_name(f)}
+    assert {"run", "combine_into", "reduction_of"} <= branching, branching
+    assert branching <= set(re.findall(r"`(\w+)`", section)), branching - set(re.findall(r"`(\w+)`", section))

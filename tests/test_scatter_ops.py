@@ -25,7 +25,7 @@ import torch
 
 import reference as R
 import torch_segops as so
-from torch_segops.coo import _reduce_into
+from torch_segops._segment import reduce_into
 
 ops = torch.ops.torch_segops
 REDUCTIONS = ("sum", "mean", "mul", "min", "max")
@@ -131,9 +131,8 @@ def old_scatter(src, index, dim, size, reduce, out=None):
         return values, (arg if reduce in ("min", "max") else None)
     counts = torch.bincount(index.long(), minlength=size).clamp(min=1).to(values.dtype)
     counts = counts.view([size] + [1] * (src.dim() - dim - 1))
-    rule = {"sum": "add"}.get(reduce, reduce)
-    result, arg = _reduce_into("scatter", out, rule, values, arg, shape[dim], counts if reduce == "mean" else values,
-                               "floor")
+    result, arg = reduce_into("scatter", out, reduce, values, arg, shape[dim], counts if reduce == "mean" else values,
+                              "floor")
     return result, (arg if reduce in ("min", "max") else None)
 
 
@@ -297,7 +296,7 @@ def test_the_csr_route_of_other_devices_matches_the_scatter_ops(monkeypatch):
     torch.sort, rows gathered, the CSR ops). Run here on the CPU, with the scatter ops made unreachable: the same
     values and args as the ops give (NaN payloads aside), for index rows, an index varying along the features,
     a plan, out=, integer mean and the COO functions."""
-    import torch_segops.coo as coo
+    import torch_segops._segment as segment
     g = torch.Generator().manual_seed(23)
     cases = []
     for dtype, index_dtype in ((torch.float32, torch.int64), (torch.float64, torch.int32), (torch.int64, torch.int64)):
@@ -327,9 +326,9 @@ def test_the_csr_route_of_other_devices_matches_the_scatter_ops(monkeypatch):
     def unreachable(*args):
         raise AssertionError("a scatter op was called on the CSR route")
 
-    monkeypatch.setattr(coo, "_has_scatter_ops", lambda src: False)
-    monkeypatch.setattr(coo, "run_scatter", unreachable)
-    monkeypatch.setattr(coo, "run_scatter_plan", unreachable)
+    monkeypatch.setattr(segment, "has_scatter_ops", lambda src: False)
+    monkeypatch.setattr(segment, "run_scatter", unreachable)
+    monkeypatch.setattr(segment, "run_scatter_plan", unreachable)
     for (what, f), e in zip(cases, expected):
         got = f()
         for a, b in zip(got if isinstance(got, tuple) else (got,), e if isinstance(e, tuple) else (e,)):
@@ -448,8 +447,8 @@ def test_the_csr_route_reports_a_bad_value_at_its_position(monkeypatch, compiled
     """Issue #36 item 8: the CSR route (CUDA's) made its offsets from the sorted copy of the index, so under
     torch.compile (where the wrapper's eager check does not run) a bad value was reported at its position there
     (index[..., 5] for the value at index[3] below). The offsets now come from the index as given."""
-    import torch_segops.coo as coo
-    monkeypatch.setattr(coo, "_has_scatter_ops", lambda src: False)
+    import torch_segops._segment as segment
+    monkeypatch.setattr(segment, "has_scatter_ops", lambda src: False)
     src, index = torch.randn(6, 3), torch.tensor([3, 1, 0, 9, 2, 1])
     f = lambda s, i: so.scatter(s, i, 0, dim_size=4, reduce="sum")  # noqa: E731
     if compiled:

@@ -14,23 +14,35 @@ enum OpId : int32_t {
   kOpSoftmax = 2,
   kOpSoftmaxBackward = 3,
   kOpIndexToIndptr = 4,
+  kOpCount,  // the number of ops: sizes kOpNames
 };
 
 struct OpNames {
+  OpId id;                 // the row's op: kOpNames[id].id == id, checked below
   const char* name;        // the public function, as error messages name it
   const char* limit_what;  // what bounds indptr[..., -1]
 };
-// Indexed by OpId.
-constexpr OpNames kOpNames[] = {
-    {"segment_csr", "src.size(dim)"},
-    {"gather_csr", "size"},
-    {"segment_softmax_csr", "src.size(dim)"},
-    {"segment_softmax_csr (backward)", "out.size(dim)"},
-    {"index_to_indptr", "dim_size"},
+// Indexed by OpId, sized by the enum: a new op without its row leaves a row of nulls, which the static_assert
+// refuses, as it refuses rows out of order.
+constexpr OpNames kOpNames[kOpCount] = {
+    {kOpSegmentCsr, "segment_csr", "src.size(dim)"},
+    {kOpGatherCsr, "gather_csr", "size"},
+    {kOpSoftmax, "segment_softmax_csr", "src.size(dim)"},
+    {kOpSoftmaxBackward, "segment_softmax_csr (backward)", "out.size(dim)"},
+    {kOpIndexToIndptr, "index_to_indptr", "dim_size"},
 };
-inline const OpNames& op_names(int32_t op) {
-  return kOpNames[op >= 0 && op < static_cast<int32_t>(sizeof(kOpNames) / sizeof(kOpNames[0])) ? op : 0];
+// Whether rows hold one row per OpId, in the enum's order (tests/cpp/reduction_registry.cpp feeds it bad tables).
+constexpr bool op_rows_in_order(const OpNames (&rows)[kOpCount]) {
+  for (int32_t op = 0; op < kOpCount; ++op) {
+    if (rows[op].id != op || rows[op].name == nullptr || rows[op].limit_what == nullptr) return false;
+  }
+  return true;
 }
+static_assert(op_rows_in_order(kOpNames), "kOpNames needs one row per OpId, in the enum's order");
+
+// An id that is no op (a damaged error record) is named as such, never as another op.
+constexpr OpNames kNoOpNames{kOpCount, "(unknown op)", "(unknown bound)"};
+inline const OpNames& op_names(int32_t op) { return op >= 0 && op < kOpCount ? kOpNames[op] : kNoOpNames; }
 
 // The message for the invalid offset at flat position pos of a [rows, len] indptr (value: indptr[pos],
 // prev: indptr[pos - 1], limit: the bound of the last offset, named limit_what), as every backend reports it.

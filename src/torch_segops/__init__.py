@@ -31,7 +31,7 @@ if not _doctor_is_starting():  # the doctor loads the library in a child process
                           "for the fix.") from _e
     __version__ = build_info()["version"]
 
-    from . import _coo_kernel, _registrations  # noqa: F401  (Python kernel, fake kernels and autograd)
+    from . import _registrations  # noqa: F401  (fake kernels and autograd)
     from .coo import (
         gather_coo,
         segment_add_coo,

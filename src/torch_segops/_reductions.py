@@ -1,10 +1,10 @@
 """The reductions, in one table: the Python half of ``src/csrc/reductions.h``. For each one: the compiled ops
 it runs, the ``reduce=`` names that select it, how integer ``src`` reduces, how the COO and scatter functions
-reduce into an ``out=`` tensor's values, and its gradient. ops.py, coo.py, scatter.py and _registrations.py
-read it; nothing else interprets a reduction's name. Adding a reduction: docs/design.md, "Adding a reduction".
+reduce into an ``out=`` tensor's values (its combine function), and its gradient. _segment.py (the core),
+_registrations.py and the public modules (``reduction_of``) read it; nothing else interprets a reduction's name. Adding a reduction: docs/design.md, "Adding a reduction".
 
 The public wrappers compile with ``torch.jit.script``, which reads no Python globals, so the functions they
-call (``reduction_of`` down to ``run_out``) spell the table's facts as literals; tests/test_reductions.py
+call (``reduction_of`` down to ``run_scatter_plan``) spell the table's facts as literals; tests/test_reductions.py
 checks each of them against ``REDUCTIONS``, and ``REDUCTIONS`` against the C++ list.
 """
 
@@ -23,7 +23,9 @@ class Reduction(NamedTuple):
     reduce_names: Tuple[str, ...]  # the reduce= strings that select it (none: only its own function)
     has_arg: bool  # the op also returns the argmin/argmax
     integers: str  # "native": the kernel; "sum_then_divide": the integer sum divided by the count; "refused"
-    combine: str  # COO/scatter out=: "add", "mul", "mean" (sums, divided after), "min", "max"; "" none
+    # COO/scatter out=: (out, values, arg, n, counts, rounding) -> (result, arg), the fresh reduction folded into out's
+    # values (combine_into); None: no out= form (no reduce= name selects the reduction)
+    combine: Optional[Callable[[Tensor, Tensor, Tensor, int, Tensor, str], Tuple[Tensor, Tensor]]]
     saves: str  # what the backward reads besides indptr (index): "src", "arg" or ""
     backward: Callable[[Tensor, Tensor, int, Optional[Tensor]], Tensor]  # (grad_out, indptr, n, saved) -> grad_src
     # the same for scatter_<name>: (grad_out, index, n, saved) -> grad_src, index [*lead, n] along its last dim
@@ -145,17 +147,54 @@ def _scatter_logsumexp_backward(grad_out: Tensor, index: Tensor, n: int, src: Op
     return (src - take_rows(lse, index)).exp() * take_rows(grad_out, index)
 
 
+# ---- out= of the COO and scatter functions: a fresh reduction folded into out's values --------------------------
+# (out, values, arg, n, counts, rounding) -> (the new values of out, arg); n = src.size(dim), the arg of an empty
+# segment; counts: the entries per target (mean only: values then holds their sums)
+
+
+def _add_into(out: Tensor, values: Tensor, arg: Tensor, n: int, counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
+    return out + values, arg
+
+
+def _multiply_into(out: Tensor, values: Tensor, arg: Tensor, n: int, counts: Tensor,
+                   rounding: str) -> Tuple[Tensor, Tensor]:
+    # values' gradient needs out's old values, which the caller's copy_ overwrites: autograd keeps a copy instead
+    old = out.clone() if torch.is_grad_enabled() and values.requires_grad else out
+    return old * values, arg
+
+
+def _mean_into(out: Tensor, values: Tensor, arg: Tensor, n: int, counts: Tensor,
+               rounding: str) -> Tuple[Tensor, Tensor]:
+    return divide_by_counts(out + values, counts, rounding), arg
+
+
+def _extremum_into(out: Tensor, values: Tensor, arg: Tensor, n: int, better: Tensor) -> Tuple[Tensor, Tensor]:
+    """min/max: out_i wins ties and empty segments (its arg is then n)."""
+    if values.is_floating_point():  # a NaN wins (first NaN kept), as in the segment reductions
+        better = better | (values.isnan() & ~out.isnan())
+    better = better & (arg != n)  # an empty segment has nothing to offer
+    return torch.where(better, values, out), torch.where(better, arg, torch.full_like(arg, n))
+
+
+def _min_into(out: Tensor, values: Tensor, arg: Tensor, n: int, counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
+    return _extremum_into(out, values, arg, n, values < out)
+
+
+def _max_into(out: Tensor, values: Tensor, arg: Tensor, n: int, counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
+    return _extremum_into(out, values, arg, n, values > out)
+
+
 # ---- the table ---------------------------------------------------------------------------------------
 
 REDUCTIONS: Dict[str, Reduction] = {r.name: r for r in (
-    Reduction("sum", ("sum", "add"), False, "native", "add", "", _sum_backward, _scatter_sum_backward),
-    Reduction("mean", ("mean",), False, "sum_then_divide", "mean", "", _mean_backward, _scatter_mean_backward),
-    Reduction("mul", ("mul",), False, "native", "mul", "src", _product_backward, _scatter_product_backward),
+    Reduction("sum", ("sum", "add"), False, "native", _add_into, "", _sum_backward, _scatter_sum_backward),
+    Reduction("mean", ("mean",), False, "sum_then_divide", _mean_into, "", _mean_backward, _scatter_mean_backward),
+    Reduction("mul", ("mul",), False, "native", _multiply_into, "src", _product_backward, _scatter_product_backward),
     # (_extremum_backward reads only the index's dims and the arg: the same for both)
-    Reduction("min", ("min",), True, "native", "min", "arg", _extremum_backward, _extremum_backward),
-    Reduction("max", ("max",), True, "native", "max", "arg", _extremum_backward, _extremum_backward),
+    Reduction("min", ("min",), True, "native", _min_into, "arg", _extremum_backward, _extremum_backward),
+    Reduction("max", ("max",), True, "native", _max_into, "arg", _extremum_backward, _extremum_backward),
     # segment_logsumexp_csr and the softmax composites only: no reduce= name selects it
-    Reduction("logsumexp", (), False, "refused", "", "src", _logsumexp_backward, _scatter_logsumexp_backward),
+    Reduction("logsumexp", (), False, "refused", None, "src", _logsumexp_backward, _scatter_logsumexp_backward),
 )}
 
 
@@ -182,12 +221,31 @@ def sums_integers_then_divides(name: str) -> bool:
     return name == "mean"
 
 
-def combine_rule(name: str) -> str:
+def combine_into(name: str, out: Tensor, values: Tensor, arg: Tensor, n: int, counts: Tensor,
+                 rounding: str) -> Tuple[Tensor, Tensor]:
+    """The out= combine function of reduction ``name`` (its table row's ``combine``) applied; a reduction without
+    one raises, so that a new reduction never borrows another's rule."""
     if name == "sum":
-        return "add"
-    if name == "mean" or name == "mul" or name == "min" or name == "max":
-        return name
-    return ""
+        return _add_into(out, values, arg, n, counts, rounding)
+    if name == "mean":
+        return _mean_into(out, values, arg, n, counts, rounding)
+    if name == "mul":
+        return _multiply_into(out, values, arg, n, counts, rounding)
+    if name == "min":
+        return _min_into(out, values, arg, n, counts, rounding)
+    if name == "max":
+        return _max_into(out, values, arg, n, counts, rounding)
+    raise ValueError(f"torch_segops: the reduction '{name}' has no out= combine rule")
+
+
+def combines_sums(name: str) -> bool:
+    """out= reduces the sums into out, divided by the counts after (mean): the scatter op run is scatter_sum."""
+    return name == "mean"
+
+
+def multiplies(name: str) -> bool:
+    """The empty reduction is the empty product 1 (mul), not 0."""
+    return name == "mul"
 
 
 def no_arg(src: Tensor) -> Tensor:

@@ -1,11 +1,15 @@
-"""Fake (meta) kernels and autograd formulas of the torch_segops ops, next to the public wrappers."""
+"""Fake (meta) kernels and autograd formulas of every torch_segops op (schemas in src/csrc/ops.cpp), in one place.
+
+The index ops (index_to_indptr, index_sort, gather_index; kernels: src/csrc/cpu/coo_cpu.cpp,
+src/csrc/cuda/coo_cuda.cu) have no kernel for other devices (the CSR ops have none either): the dispatcher's
+NotImplementedError names the device."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from ._arguments import _reduced_shape, check_same_device
+from ._arguments import check_same_device, reduced_shape
 from ._reductions import REDUCTIONS, take_rows
 
 _ops = torch.ops.torch_segops
@@ -26,7 +30,7 @@ def _segment_reduce_fake(reduce: str):
     def fake(src: Tensor, indptr: Tensor):
         check_same_device(f"segment_{reduce}", ["src", "indptr"], [src, indptr])
         torch._check(indptr.dim() >= 1 and indptr.dim() <= src.dim(), lambda: "torch_segops: bad indptr dims")
-        shape = _reduced_shape(src, indptr, indptr.shape[-1] - 1)
+        shape = reduced_shape(src, indptr, indptr.shape[-1] - 1)
         if with_arg:
             return src.new_empty(shape), src.new_empty(shape, dtype=torch.long)
         return src.new_empty(shape)
@@ -88,7 +92,7 @@ def _gather_csr_fake(src: Tensor, indptr: Tensor, size: int):
     check_same_device("gather_csr", ["src", "indptr"], [src, indptr])
     if size == -1:  # data-dependent: read from indptr at run time
         size = torch.library.get_ctx().new_dynamic_size()
-    return src.new_empty(_reduced_shape(src, indptr, size))
+    return src.new_empty(reduced_shape(src, indptr, size))
 
 
 @torch.library.register_fake(_LIB + "gather_csr_out")
@@ -241,3 +245,56 @@ def _softmax_bwd_backward(ctx, gg):
 torch.library.register_autograd(
     _LIB + "segment_softmax_backward", _softmax_bwd_backward, setup_context=_softmax_bwd_setup
 )
+
+
+# ---- the index ops (COO functions, scatter) ------------------------------------------------------------
+
+
+@torch.library.register_fake(_LIB + "index_to_indptr")
+def _index_to_indptr_fake(index: Tensor, size: int, check_sorted: bool) -> Tensor:
+    torch._check(index.dim() >= 1, lambda: "torch_segops: index must have at least one dimension")
+    if size == -1:  # data-dependent: max(index) + 2 offsets, read at run time (a bare symbol: the
+        offsets = torch.library.get_ctx().new_dynamic_size(min=1)  # output's shape must bind it)
+    else:
+        offsets = size + 1
+    return index.new_empty([*index.shape[:-1], offsets], dtype=torch.long)
+
+
+@torch.library.register_fake(_LIB + "index_sort")
+def _index_sort_fake(index: Tensor, size: int):
+    torch._check(index.dim() >= 1, lambda: "torch_segops: index must have at least one dimension")
+    ctx = torch.library.get_ctx()
+    offsets = ctx.new_dynamic_size(min=1) if size == -1 else size + 1
+    # N entries, or none when the index is already sorted (data-dependent)
+    perm = index.new_empty([*index.shape[:-1], ctx.new_dynamic_size()], dtype=torch.long)
+    return perm, index.new_empty([*index.shape[:-1], offsets], dtype=torch.long)
+
+
+@torch.library.register_fake(_LIB + "gather_index")
+def _gather_index_fake(src: Tensor, index: Tensor, check_sorted: bool):
+    check_same_device("gather_index", ["src", "index"], [src, index])
+    torch._check(1 <= index.dim() <= src.dim(), lambda: "torch_segops: index must have between 1 and src.dim() dims")
+    shape = list(src.shape)
+    shape[index.dim() - 1] = index.shape[-1]
+    return src.new_empty(shape)
+
+
+def _gather_index_setup(ctx, inputs, output) -> None:
+    src, index, check_sorted = inputs
+    ctx.save_for_backward(index)
+    ctx.shape = list(src.shape)
+    ctx.sorted = check_sorted
+
+
+def _gather_index_backward(ctx, grad):
+    (index,) = ctx.saved_tensors
+    dim = index.dim() - 1
+    if ctx.sorted:  # a segment sum over the offsets of the (validated, sorted) index: deterministic
+        indptr = _ops.index_to_indptr(index, ctx.shape[dim], False)
+        return _ops.segment_sum(grad, indptr), None, None
+    # an unsorted index (scatter's permutation: no repeated values, so the order of the adds is moot)
+    full = index.long().reshape(list(index.shape) + [1] * (grad.dim() - dim - 1)).expand(grad.shape)
+    return grad.new_zeros(ctx.shape).scatter_add(dim, full, grad), None, None
+
+
+torch.library.register_autograd(_LIB + "gather_index", _gather_index_backward, setup_context=_gather_index_setup)

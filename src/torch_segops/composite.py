@@ -19,10 +19,10 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._arguments import check_index_dtype, check_index_values, check_same_device
-from .ops import _check_out
-from .scatter import (ScatterPlan, _dim_and_size, _eager_arg_types, _index_shape, _rows_plan, scatter_max,
-                      scatter_sum)
+from ._arguments import (check_index_dtype, check_index_values, check_out, check_same_device, scatter_arg_types,
+                         scatter_dim_and_size, scatter_index_shape)
+from ._segment import sort_rows
+from .scatter import ScatterPlan, scatter_max, scatter_sum
 
 
 def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
@@ -31,18 +31,18 @@ def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
     expanded to src's shape (for gather), and a plan of the sort when the index does not vary along the dims
     after dim (None otherwise: every scatter then sorts on its own)."""
     if not torch.jit.is_scripting():
-        dim, dim_size = _eager_arg_types(fn, src, index, dim, out, dim_size)
+        dim, dim_size = scatter_arg_types(fn, src, index, dim, out, dim_size)
     check_same_device(fn, ["src", "index"], [src, index])
     if floating and not torch.is_floating_point(src):
         raise ValueError(f"torch_segops.{fn}: src must have a floating-point dtype")
-    dim, size = _dim_and_size(fn, src, index, dim, out, dim_size)
-    shape = _index_shape(fn, index, src, dim)
+    dim, size = scatter_dim_and_size(fn, src, index, dim, out, dim_size)
+    shape = scatter_index_shape(fn, index, src, dim)
     check_index_dtype(fn, index)
     check_index_values(fn, index, size)
     if out is not None:
         out_shape: List[int] = list(src.shape)
         out_shape[dim] = size
-        _check_out(fn, out, src.dtype, src.device, out_shape)
+        check_out(fn, out, src.dtype, src.device, out_shape)
     # int64 for torch's gather: its int32 path reads a broadcast (stride-0) index wrongly (torch 2.13: issue #36)
     expanded = index.long().reshape(shape).expand(src.shape)
     plan: Optional[ScatterPlan] = None
@@ -51,7 +51,8 @@ def _prepare(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
         rows_only = rows_only and shape[d] == 1
     # a plan's offsets hold size + 1 int64: only for an index at least as long as the output (issue #36)
     if rows_only and 0 <= size <= src.size(dim):
-        plan = _rows_plan(fn, index, shape, src, dim, size)
+        perm, indptr = sort_rows(fn, index, shape, src, dim, size)
+        plan = ScatterPlan(perm, indptr)
     return dim, None if size == -1 else size, expanded, plan
 
 

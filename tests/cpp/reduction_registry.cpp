@@ -1,10 +1,12 @@
-// The C++ reduction list (src/csrc/reductions.h) and the reducer traits the kernels key on: checked at
-// compile time where they can be, at run time for the dispatch. Built and run by tests/test_reductions.py.
+// The C++ reduction list (src/csrc/reductions.h), the reducer traits the kernels key on and the op names
+// (src/csrc/op_names.h): checked at compile time where they can be, at run time for the dispatch. Built and run by
+// tests/test_reductions.py.
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "op_names.h"
 #include "reductions.h"
 
 using namespace torch_segops;
@@ -25,6 +27,26 @@ static_assert(std::is_same_v<Reduction<Reduce::Min>::reducer<float>, ArgExtremum
 static_assert(std::is_same_v<Reduction<Reduce::Max>::reducer<double>, ArgExtremumOp<double, true>>);
 static_assert(Reduction<Reduce::Min>::kHasArg && !Reduction<Reduce::Sum>::kHasArg);
 static_assert(!Reduction<Reduce::Mean>::kIntegers && Reduction<Reduce::Mul>::kIntegers);
+
+// op_names.h's table check refuses a table with two rows swapped or a row missing (a new OpId without its row).
+struct OpTable {
+  OpNames rows[kOpCount];
+};
+constexpr OpTable altered_op_names(int32_t swap_a, int32_t swap_b, int32_t drop) {
+  OpTable t{};
+  for (int32_t op = 0; op < kOpCount; ++op) t.rows[op] = kOpNames[op];
+  if (swap_a >= 0) {
+    const OpNames a = t.rows[swap_a];
+    t.rows[swap_a] = t.rows[swap_b];
+    t.rows[swap_b] = a;
+  }
+  if (drop >= 0) t.rows[drop] = OpNames{};
+  return t;
+}
+static_assert(op_rows_in_order(kOpNames));
+static_assert(op_rows_in_order(altered_op_names(-1, -1, -1).rows));
+static_assert(!op_rows_in_order(altered_op_names(kOpSegmentCsr, kOpGatherCsr, -1).rows));
+static_assert(!op_rows_in_order(altered_op_names(-1, -1, kOpCount - 1).rows));
 
 int failures = 0;
 void check(bool ok, const std::string& what) {
@@ -70,6 +92,11 @@ int main() {
     std::printf("row %s %s %d %d\n", Traits::short_name, Traits::name, Traits::kHasArg ? 1 : 0, Traits::kIntegers ? 1 : 0);
   });
   std::printf("integer names: %s\n", integer_reduction_names().c_str());
+  // an id that is no op is named as unknown, never as segment_csr (the old clamp to row 0)
+  for (int32_t op : {-1, static_cast<int32_t>(kOpCount), 1000}) {
+    check(std::string(op_names(op).name) == "(unknown op)", "op_names of the id " + std::to_string(op));
+  }
+  check(std::string(op_names(kOpIndexToIndptr).name) == "index_to_indptr", "op_names of the last op");
   std::printf("%d failed\n", failures);
   return failures == 0 ? 0 : 1;
 }

@@ -147,8 +147,19 @@ void softmax_backward_kernel(const CsrArgs& a, const Tensor& grad, const Tensor&
 }  // namespace
 
 const Kernels& SEGOPS_CAT(kernels_, SEGOPS_CPU_ISA)() {
-  static const Kernels k{SEGOPS_STR(SEGOPS_CPU_ISA), segment_reduce_kernel, gather_kernel, softmax_kernel,
-                         softmax_backward_kernel, scatter_index_kernel, scatter_plan_kernel};
+  // by name, not by position: two entries of one signature cannot trade places unseen
+  static constexpr Kernels k = [] {
+    Kernels t{};
+    t.isa = SEGOPS_STR(SEGOPS_CPU_ISA);
+    t.segment_reduce = segment_reduce_kernel;
+    t.gather = gather_kernel;
+    t.softmax = softmax_kernel;
+    t.softmax_backward = softmax_backward_kernel;
+    t.scatter = scatter_index_kernel;
+    t.scatter_plan = scatter_plan_kernel;
+    return t;
+  }();
+  static_assert(k.complete(), "every entry of Kernels is set");
   return k;
 }
 

@@ -23,6 +23,11 @@ struct Kernels {
   // scatter (cpu/scatter_kernels.h): 0, or what is wrong with the index (a ScatterStatus)
   int (*scatter)(const ScatterArgs& a, Reduce r, bool sorted, const Tensor& out, const Tensor* arg);
   int (*scatter_plan)(const ScatterArgs& a, Reduce r, const Tensor& out, const Tensor* arg);
+
+  // every entry set (kernels.cpp sets them one by one, by name)
+  constexpr bool complete() const {
+    return isa && segment_reduce && gather && softmax && softmax_backward && scatter && scatter_plan;
+  }
 };
 
 const Kernels& kernels_baseline();

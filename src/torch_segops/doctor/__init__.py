@@ -7,7 +7,7 @@ and every mismatch between them with the command that fixes it. Exit status 0: n
 One seam per module: ``records`` (Facts, GPU, Finding, the constants copied from ``data/compat.yaml``),
 ``install`` (pip's RECORD, conda's conda-meta, the channels), ``probes`` (``gather_facts()``: the machine into a
 Facts record, never raising), ``child`` (the process that imports torch and loads the library: a damaged one
-kills it, not the doctor), ``checks`` and ``gpu_checks`` (pure functions ``Facts -> list[Finding]``, tested by
+kills it, not the doctor), ``checks`` (pure functions ``Facts -> list[Finding]``, tested by
 feeding facts), ``report`` (``diagnose``, the text report, the command line). The doctor never loads the library
 in its own process, and checks its sha256 against the install record before the child does; ``import
 torch_segops`` checks only the ELF headers (hashing a CUDA build's library costs about 0.5 s per import).

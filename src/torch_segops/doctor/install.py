@@ -56,22 +56,27 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _json(path: str):
+def json_or_none(read):
+    """``json.loads(read())``, or None where reading fails (unreadable, not a regular file: a FIFO, /dev/zero) or the
+    text is not JSON (a library or torch printing)."""
     try:
-        return json.loads(read_regular(path))
-    except (OSError, ValueError):  # unreadable, not a regular file (a FIFO, /dev/zero), not JSON
+        return json.loads(read())
+    except (OSError, ValueError):
         return None
+
+
+def conda_meta(prefix: str, name: str):
+    """(file, record) of each record of the package ``name`` (not ``name``-dev & co.) in ``prefix``/conda-meta."""
+    for file in sorted(glob.glob(os.path.join(glob.escape(prefix), "conda-meta", name + "-*.json"))):
+        rec = json_or_none(lambda: read_regular(file))
+        if isinstance(rec, dict) and rec.get("name") == name:
+            yield file, rec
 
 
 def find_cudatoolkit(conda_prefix: str | None) -> str | None:
     """The version of the `cudatoolkit` package recorded in conda_prefix/conda-meta, or None."""
-    if not conda_prefix:
-        return None
-    for name in sorted(glob.glob(os.path.join(glob.escape(conda_prefix), "conda-meta", CUDATOOLKIT + "-*.json"))):
-        rec = _json(name)
-        if isinstance(rec, dict) and rec.get("name") == CUDATOOLKIT:  # not cudatoolkit-dev & co.
-            return str(rec.get("version") or "unknown version")
-    return None
+    records = conda_meta(conda_prefix, CUDATOOLKIT) if conda_prefix else ()
+    return next((str(rec.get("version") or "unknown version") for _, rec in records), None)
 
 
 def conda_channel(rec: dict) -> str | None:
@@ -90,10 +95,7 @@ def conda_record(path: str) -> dict | None:
             return None
         prefix = os.path.dirname(prefix)
     rel = os.path.relpath(os.path.abspath(path), prefix).replace(os.sep, "/")
-    for name in sorted(glob.glob(os.path.join(glob.escape(prefix), "conda-meta", PACKAGE + "-*.json"))):
-        rec = _json(name)
-        if not isinstance(rec, dict) or rec.get("name") != PACKAGE:
-            continue
+    for name, rec in conda_meta(prefix, PACKAGE):
         entry = next((e for e in (rec.get("paths_data") or {}).get("paths") or [] if isinstance(e, dict) and e.get("_path") == rel), None)
         if entry is None and rel not in (rec.get("files") or []):
             continue
@@ -122,7 +124,7 @@ def pip_record(path: str) -> dict | None:
                 sha = base64.urlsafe_b64decode(digest[7:] + "==").hex() if digest.startswith("sha256=") else None
             except ValueError:  # not base64
                 sha = None
-            url = _json(os.path.join(dist, "direct_url.json"))
+            url = json_or_none(lambda: read_regular(os.path.join(dist, "direct_url.json")))
             url, folder_install = (url, isinstance(url.get("dir_info"), dict)) if isinstance(url, dict) else ({}, False)
             local = url2pathname(urlparse(url["url"]).path) if folder_install and str(url.get("url")).startswith("file:") else None
             return {"kind": "pip", "record": os.path.join(dist, "RECORD"), "sha256": sha,

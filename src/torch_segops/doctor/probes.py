@@ -15,8 +15,8 @@ import subprocess
 import sys
 
 from .. import _libfile
-from .install import (channel_builds, conda_record, file_sha256, find_cudatoolkit, find_in_file, local_channel,
-                      pip_record)
+from .install import (channel_builds, conda_record, file_sha256, find_cudatoolkit, find_in_file, json_or_none,
+                      local_channel, pip_record)
 from .records import GPU, Facts, parse_version
 
 CHILD_TIMEOUT = 300  # seconds: importing torch on a busy machine, initialising CUDA
@@ -136,7 +136,7 @@ def probe_in_child(f: Facts, load: bool) -> None:
         rc = None
     except OSError as e:
         out, err, rc = "", str(e), 1
-    lines = [d for d in map(_json_or_none, out.splitlines()) if isinstance(d, dict)]
+    lines = [d for d in (json_or_none(lambda: line) for line in out.splitlines()) if isinstance(d, dict)]
     done, got = [d.pop("stage", None) for d in lines], {k: v for d in lines for k, v in d.items()}
     for stage in ("torch", "library", "op")[: 3 if load else 1]:
         if stage not in done and not (got.get("torch_error") or got.get("library_error")):  # it died, not stopped
@@ -151,13 +151,6 @@ def probe_in_child(f: Facts, load: bool) -> None:
             setattr(f, k, v)
     if load and f.torch_version is None:
         f.library_error = "not loaded: torch is not usable"
-
-
-def _json_or_none(line: str):
-    try:
-        return json.loads(line)
-    except ValueError:  # the library or torch printed something
-        return None
 
 
 def gather_facts() -> Facts:

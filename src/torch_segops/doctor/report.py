@@ -7,8 +7,8 @@ import dataclasses
 import json
 import sys
 
-from .checks import check_cuda_plans, check_cudatoolkit, check_library, check_torch, check_variant
-from .gpu_checks import check_arch, check_driver, check_gpu_vs_cuda, check_torch_vs_gpu
+from .checks import (check_arch, check_cuda_plans, check_cudatoolkit, check_driver, check_gpu_vs_cuda, check_library,
+                     check_torch, check_torch_vs_gpu, check_variant)
 from .probes import gather_facts
 from .records import ERROR, INFO, OK, WARNING, Facts, Finding
 
@@ -52,16 +52,11 @@ def render(f: Facts, findings: list[Finding]) -> str:
         lines.append(f"  GPU           none found{' (' + f.gpu_probe_error + ')' if f.gpu_probe_error else ''}")
     if f.driver_version or f.driver_cuda_version:
         lines.append(f"  driver        {f.driver_version or '?'}  (supports CUDA {f.driver_cuda_version or '?'})")
-    lines.append("")
     tags = {ERROR: "ERROR", WARNING: "WARN ", OK: "ok   ", INFO: "info "}
-    for x in findings:
-        lines.append(f"  [{tags.get(x.severity, x.severity)}] {x.message}")
-        if x.fix:
-            lines.append(f"          fix: {x.fix}")
-    n_err = sum(x.severity == ERROR for x in findings)
-    n_warn = sum(x.severity == WARNING for x in findings)
-    lines.append("")
-    lines.append("no problems found" if not n_err and not n_warn else f"{n_err} error(s), {n_warn} warning(s)")
+    lines += [""] + [f"  [{tags.get(x.severity, x.severity)}] {x.message}" + (f"\n          fix: {x.fix}" if x.fix else "")
+                     for x in findings]
+    n_err, n_warn = (sum(x.severity == s for x in findings) for s in (ERROR, WARNING))
+    lines += ["", "no problems found" if not n_err and not n_warn else f"{n_err} error(s), {n_warn} warning(s)"]
     return "\n".join(lines)
 
 
