@@ -37,7 +37,8 @@ TORCH_DIR = cpp_checks.TORCH_DIR
 def built(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc not found")
-    return cuda_build.build(str(tmp_path_factory.mktemp("cuda-build")), toolchain.CI_ARCHS, NVCC)
+    work = tmp_path_factory.mktemp("cuda-build")
+    return cuda_build.build(str(work / "build"), toolchain.CI_ARCHS, NVCC, keep_dir=str(work / "nvcc-keep"))
 
 
 # ---- the built library --------------------------------------------------------------------------------
@@ -139,16 +140,16 @@ def _ptxas12():
 @pytest.mark.parametrize("source", ["segment_cuda.cu", "coo_cuda.cu"])
 def test_kernels_assemble_for_the_oldest_nvcc12_arch(built, tmp_path, source):
     """The nvcc 12 rows ship SASS down to sm_50, which nvcc 13 cannot build and no nvcc 12 here can
-    (data/compat.yaml): the PTX of each CUDA source (nvcc 13, compute_75, the build's flags) must assemble
-    for the oldest of those archs with ptxas 12.9, warnings as errors."""
+    (data/compat.yaml): the PTX of each CUDA source (nvcc 13, compute_75, the build's flags: the very PTX the
+    build assembled into its sm_75 SASS, kept by nvcc --keep; test_nvcc_prints_no_warning reads that compile's
+    log) must assemble for the oldest of those archs with ptxas 12.9, warnings as errors."""
     oldest = cuda_old_archs.oldest_nvcc12_arch()
     assert oldest is not None and oldest < 75, oldest
     ptxas = _ptxas12()
-    ptx, cubin = tmp_path / f"{source}.ptx", tmp_path / f"{source}.sm_{oldest}.cubin"
-    cp = cuda_old_archs.ptx_like_the_build(os.path.dirname(built.library), os.path.join(REPO, "src", "csrc", "cuda", source),
-                                str(ptx))
-    assert cp.returncode == 0 and "warning" not in cp.stderr.lower(), cp.stderr[-3000:]
-    res = cuda_old_archs.assemble_old_arch(ptxas, str(ptx), oldest, str(cubin))
+    ptx, cubin = cuda_build.kept_ptx(built.keep_dir, source, 75), tmp_path / f"{source}.sm_{oldest}.cubin"
+    with open(ptx) as fh:
+        assert re.search(r"^\.target sm_75$", fh.read(), re.M), ptx
+    res = cuda_old_archs.assemble_old_arch(ptxas, ptx, oldest, str(cubin))
     assert res.returncode == 0, res.stderr[-3000:]
     assert cubin.read_bytes()[:4] == b"\x7fELF"
 

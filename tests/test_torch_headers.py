@@ -10,7 +10,10 @@ mistake and only a GPU run found it), so CI also builds against torch 2.10's own
 - the whole library, CPU and CUDA sources (nvcc, PTX for compute_75 only: the host code and headers are
   what matters here) is built against that tree and linked with -Wl,--no-undefined, so every stable-C-shim
   function it calls must be exported by torch 2.10's libtorch_cpu (the CUDA stream getter by the
-  libtorch_cuda stub of cmake/cuda.cmake);
+  libtorch_cuda stub of cmake/cuda.cmake). The build is unoptimised (-O0, nvcc -Ofc=max: every source and
+  template instance compiled, every call kept, so the torch shim symbols the library needs are those of the
+  optimised build or more): this module took 274 CPU s for both builds (2026-11-27), the two -O3 builds about
+  1,050 (525 + 549 s of CI wall with both cores busy);
 - two controls show the check has teeth: a 2.13-only macro fails to compile against the 2.10 headers (and
   compiles against the installed newer ones), a 2.13-only shim function fails to link against 2.10's
   libtorch_cpu (and links against the installed one).
@@ -70,7 +73,7 @@ def oldest():
 def built(oldest, tmp_path_factory):
     """_C.so built against torch 2.10 (CPU and, when nvcc is there, CUDA sources), --no-undefined."""
     lib, log, seconds = tw.build_library(tmp_path_factory.mktemp("oldest-headers"), oldest,
-                                         cuda_archs=CUDA_ARCHS if NVCC else None)
+                                         cuda_archs=CUDA_ARCHS if NVCC else None, optimize=False)
     print(f"built against torch {tw.OLDEST} headers in {seconds:.0f} s (CUDA: {bool(NVCC)})")
     return lib, log
 
@@ -105,7 +108,8 @@ def test_library_builds_and_links_against_newest_torch(tmp_path):
     except tw.WheelError as e:
         pytest.fail(f"torch {tw.NEWEST}'s headers are needed for this check and could not be fetched: {e}")
     assert _torch_version(newest).startswith(tw.NEWEST + "+"), _torch_version(newest)
-    lib, log, seconds = tw.build_library(tmp_path / "newest-headers", newest, cuda_archs=CUDA_ARCHS if NVCC else None)
+    lib, log, seconds = tw.build_library(tmp_path / "newest-headers", newest, cuda_archs=CUDA_ARCHS if NVCC else None,
+                                         optimize=False)
     print(f"built against torch {tw.NEWEST} headers in {seconds:.0f} s (CUDA: {bool(NVCC)})")
     assert "-Wl,--no-undefined" in log
     data = open(lib, "rb").read()

@@ -24,6 +24,12 @@ class Build:
     build_s: float
     cuda_compile_s: float | None  # the .cu alone (from the build's own timing of that step), when measurable
     log: str = ""
+    keep_dir: str | None = None  # nvcc's intermediates (--keep): <source>.compute_NN.ptx is the PTX ptxas assembled
+
+
+def kept_ptx(keep_dir: str, source: str, arch: int) -> str:
+    """The PTX nvcc made of `source` (a .cu file name) for compute_<arch> in a build with --keep."""
+    return os.path.join(keep_dir, f"{os.path.splitext(os.path.basename(source))[0]}.compute_{arch}.ptx")
 
 
 def configure(build_dir: str, nvcc: str, archs: str | None, extra: list[str] | None = None,
@@ -48,9 +54,10 @@ def build_jobs() -> int:
 
 
 def build(build_dir: str, archs: str = CI_ARCHS, nvcc: str | None = None, extra: list[str] | None = None,
-          jobs: int | None = None) -> Build:
+          jobs: int | None = None, keep_dir: str | None = None) -> Build:
     """Configures and builds the CUDA variant in build_dir. jobs (default build_jobs()) bounds both the build
-    steps run at once and nvcc --threads (the architectures of the .cu compiled in parallel)."""
+    steps run at once and nvcc --threads (the architectures of the .cu compiled in parallel). keep_dir: nvcc
+    keeps its intermediate files there (--keep; the library is the same)."""
     nvcc = nvcc or find_nvcc()
     if not nvcc:
         raise RuntimeError("nvcc not found (set CUDACXX or CUDA_HOME, or put nvcc on PATH)")
@@ -58,6 +65,9 @@ def build(build_dir: str, archs: str = CI_ARCHS, nvcc: str | None = None, extra:
     env = dict(os.environ)
     env.pop("CUDAARCHS", None)  # the explicit list below is what we check
     t0 = time.perf_counter()
+    if keep_dir:
+        os.makedirs(keep_dir, exist_ok=True)
+        extra = [f"-DCMAKE_CUDA_FLAGS=--keep --keep-dir={keep_dir}"] + (extra or [])
     cp = configure(build_dir, nvcc, archs, [f"-DTORCH_SEGOPS_NVCC_THREADS={jobs}"] + (extra or []), env)
     t1 = time.perf_counter()
     if cp.returncode != 0:
@@ -70,7 +80,7 @@ def build(build_dir: str, archs: str = CI_ARCHS, nvcc: str | None = None, extra:
         raise RuntimeError(f"build failed:\n{bp.stdout[-20000:]}\n{bp.stderr[-20000:]}")
     lib = os.path.join(build_dir, "_C.so")
     return Build(lib, archs, t1 - t0, t2 - tb, _ninja_step_seconds(build_dir, "segment_cuda.cu.o"),
-                 bp.stdout + bp.stderr)
+                 bp.stdout + bp.stderr, keep_dir)
 
 
 def _ninja_step_seconds(build_dir: str, output_suffix: str) -> float | None:
@@ -116,8 +126,9 @@ def cuda_compile_command(build_dir: str) -> list[str]:
 
 
 def build_flags(build_dir: str, drop) -> tuple[str, list[str]]:
-    """(nvcc, flags) of the build's segment_cuda.cu command without its source, output, dependency file
-    and every flag for which drop(flag) is true."""
+    """(nvcc, flags) of the build's segment_cuda.cu command without its source, output, dependency file,
+    --keep (a one-off compile does not write into the build's intermediates) and every flag for which drop(flag)
+    is true."""
     cmd = cuda_compile_command(build_dir)
     args, skip = [], False
     for a in cmd[1:]:
@@ -127,7 +138,7 @@ def build_flags(build_dir: str, drop) -> tuple[str, list[str]]:
         if a in ("-o", "-MF"):
             skip = True
             continue
-        if a in ("-MD", "-c") or a.endswith("segment_cuda.cu") or drop(a):
+        if a in ("-MD", "-c", "--keep") or a.startswith("--keep-dir=") or a.endswith("segment_cuda.cu") or drop(a):
             continue
         args.append(a)
     return cmd[0], args

@@ -146,12 +146,14 @@ def own_build_dir(build_dir: Path) -> Path:
 
 def build_library(build_dir: Path, torch_dir: Path, *, cuda_archs: str | None = None, target: str = "2.10",
                   no_undefined: bool = True, defines: dict | None = None, env: dict | None = None,
-                  jobs: int | None = None) -> tuple[Path, str, float]:
+                  jobs: int | None = None, optimize: bool = True) -> tuple[Path, str, float]:
     """Configures and builds _C.so with CMake against the torch tree `torch_dir` (headers, libtorch_cpu),
     with stable-ABI target `target`; with `cuda_archs` the CUDA sources too (nvcc found as
     cuda_toolchain finds it; without libtorch_cuda in the tree CMake links its stub). no_undefined
     links with -Wl,--no-undefined: every symbol the library uses must then be defined by the libraries it
-    links (libtorch_cpu of that torch, the stub, cudart, the C/C++ runtime). Returns (library, log, s).
+    links (libtorch_cpu of that torch, the stub, cudart, the C/C++ runtime). optimize=False compiles the
+    host code at -O0 and the device code with nvcc -Ofc=max (a compile-and-link check: the same sources,
+    preprocessor and front ends, in a fraction of the time; -DNDEBUG kept). Returns (library, log, s).
     Raises RuntimeError with the build's output when it fails."""
     import time
     from tools.cuda_build import build_jobs
@@ -161,12 +163,16 @@ def build_library(build_dir: Path, torch_dir: Path, *, cuda_archs: str | None = 
          "CMAKE_BUILD_TYPE": "Release"}
     if no_undefined:
         d["CMAKE_SHARED_LINKER_FLAGS"] = "-Wl,--no-undefined"
+    if not optimize:
+        d.update(TORCH_SEGOPS_CXX_OPT="-O0", CMAKE_CXX_FLAGS_RELEASE="-DNDEBUG")
     if cuda_archs:
         nvcc = find_nvcc()
         if not nvcc:
             raise RuntimeError("nvcc not found (set CUDACXX or CUDA_HOME, or put nvcc on PATH)")
         d.update(TORCH_SEGOPS_WITH_CUDA="ON", CMAKE_CUDA_COMPILER=nvcc, CMAKE_CUDA_ARCHITECTURES=cuda_archs,
                  TORCH_SEGOPS_NVCC_THREADS=str(jobs))
+        if not optimize:
+            d.update(CMAKE_CUDA_FLAGS="-Ofc=max", CMAKE_CUDA_FLAGS_RELEASE="-DNDEBUG")
     d.update(defines or {})
     source = own_build_dir(build_dir)
     cmd = ["cmake", "-S", str(source), "-B", str(build_dir)]
