@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -42,14 +41,6 @@ constexpr int64_t kMaxBucketTargets = 1 << 16;  // targets per range: a target's
 constexpr int64_t kBucketRows = 1 << 15;        // rows a range holds on average (its records stay in L2)
 constexpr int64_t kCarryBytes = 16;             // rows of at most this many bytes travel with the partition
 const int64_t kZero = 0;                        // the one batch offset of a single indptr row
-
-// DEV ONLY (tuning): a parameter from the environment
-inline int64_t dev_param(const char* name, int64_t dflt) {
-  static thread_local const char* last = nullptr;
-  (void)last;
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : dflt;
-}
 
 // body(i0, i1) over [0, n) in pieces of `grain`, each taken by whichever thread is free (threads of a busy
 // machine do not wait for one that was descheduled); the results never depend on who took what.
@@ -242,7 +233,7 @@ struct Ranges {
   int shift;
   int64_t R, NB, nblocks;
   Ranges(int64_t S, int64_t N) {
-    const double want = double(S) * double(dev_param("SEGOPS_DEV_BUCKET_ROWS", kBucketRows)) / double(std::max<int64_t>(N, 1));
+    const double want = double(S) * double(kBucketRows) / double(std::max<int64_t>(N, 1));
     shift = 0;
     while (shift < 16 && double(int64_t{1} << (shift + 1)) <= want) ++shift;
     R = int64_t{1} << shift;
@@ -398,7 +389,7 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
 template <class Op, typename T, typename I>
 void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F, T* out, int64_t* arg,
                        std::atomic<bool>* bad) {
-  if (F * static_cast<int64_t>(sizeof(T)) > dev_param("SEGOPS_DEV_CARRY", kCarryBytes)) {
+  if (F * static_cast<int64_t>(sizeof(T)) > kCarryBytes) {
     return scatter_any_order<Op, false, true, false>(src, x, N, S, F, out, arg, bad);
   }
   constexpr bool kPos = Op::kHasArg;
