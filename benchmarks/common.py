@@ -154,12 +154,15 @@ def try_time(fn: Callable[[], object], **kw) -> Optional[float]:
 
 
 def interleaved_times(fns: dict, rounds: int = 5, repeats: int = 3, warmup: int = 1, device: str = "cpu",
-                      max_seconds: float = 20.0) -> tuple[dict, dict]:
+                      max_seconds: float = 20.0, clock=time.perf_counter) -> tuple[dict, dict]:
     """Time every callable of `fns` (name -> fn, or None for "not supported") in `rounds` rounds; each
     round times each fn `repeats` times (fewer once its share of `max_seconds` is spent, at least once),
     the order rotating from round to round. A machine whose speed drifts (a shared VM: memory
     bandwidth and page-fault cost change from minute to minute) then slows every fn alike, and a
     ratio of two fns' times is measured under the same conditions.
+
+    clock: what a sample reads (time.process_time: the process's CPU time, which a loaded machine's waits do
+    not inflate; on one thread, the call's own work).
 
     Returns (median over all samples, per-round medians), keyed by name; a fn that raises RuntimeError,
     NotImplementedError or TypeError on its first call is None in both (n/a)."""
@@ -181,10 +184,10 @@ def interleaved_times(fns: dict, rounds: int = 5, repeats: int = 3, warmup: int 
         for name in names[k:] + names[:k]:
             times, start = [], time.perf_counter()
             for _ in range(repeats):
-                t0 = time.perf_counter()
+                t0 = clock()
                 live[name]()
                 _sync(device)
-                times.append(time.perf_counter() - t0)
+                times.append(clock() - t0)
                 if time.perf_counter() - start > budget:
                     break
             samples[name] += times

@@ -162,9 +162,37 @@ def test_index_to_offsets_allocation_failure_names_the_op_and_dim_size():
     lines = dict(line.split(" | ", 1) for line in r.stdout.strip().splitlines())
     assert set(lines) == {"segment_coo", "scatter", "scatter_plan"}
     for name, message in lines.items():
-        # the CPU scatter ops (#38) make no offsets: their refusal names the output's bytes instead
-        assert message.startswith(f"torch_segops.{name}: "), message
-        assert "dim_size = 274877906944" in message and "bytes" in message, message
+        if name == "scatter_plan":
+            assert message.startswith(f"torch_segops.{name}: allocating the CSR offsets"), message
+            assert "dim_size = 274877906944" in message and "2199023255560 bytes" in message, message
+        else:  # the CPU scatter ops (#38) make no offsets: their refusal names the output's bytes
+            assert message.startswith(f"torch_segops.{name}: out of memory: dim_size = 274877906944 needs "
+                                      "1099511627776 bytes for the output"), message
+
+
+def test_a_bad_index_is_reported_before_an_output_too_large_to_allocate():
+    """The index is read before an output of dim_size = 2**38 is weighed: its error, not the refusal, comes first."""
+    r = run_capped("""
+        index = torch.tensor([0, 0, -1, 1])
+        calls = {"segment_coo": lambda: so.segment_coo(torch.ones(4), index, dim_size=2**38),
+                 "scatter": lambda: so.scatter(torch.ones(4), index, 0, dim_size=2**38),
+                 "scatter_max": lambda: so.scatter_max(torch.ones(4), index.int(), 0, dim_size=2**38),
+                 "scatter_plan": lambda: so.scatter_plan(index, 2**38)}
+        for name, call in calls.items():
+            try:
+                call()
+            except (RuntimeError, ValueError) as e:
+                print(name, "|", type(e).__name__, "|", e)
+            else:
+                print(name, "| no error")
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = dict(line.split(" | ", 1) for line in r.stdout.strip().splitlines())
+    assert set(lines) == {"segment_coo", "scatter", "scatter_max", "scatter_plan"}, lines
+    for name, message in lines.items():
+        # segment_coo finds the step down from 0 to -1 first (its index must be sorted)
+        what = "must be sorted" if name == "segment_coo" else "must be non-negative, got index[2] = -1"
+        assert message.startswith(f"ValueError | torch_segops.{name}: index ") and what in message, message
 
 
 def test_int32_index_with_dim_size_past_int32_is_not_reported_as_out_of_range():
@@ -184,10 +212,9 @@ def test_int32_index_with_dim_size_past_int32_is_not_reported_as_out_of_range():
     # a valid index gets as far as allocating the 2**31 + 11 offsets (which the capped child cannot)
     assert "must be <" not in valid and valid.startswith("RuntimeError | torch_segops.segment_coo: allocating"), valid
     assert "dim_size = 2147483658" in valid or "shape (2147483658)" in valid, valid
-    # the CPU scatter ops (#38) allocate the output before they read the index: where the output does not fit,
-    # the refusal of the allocation (op and shape named) comes before the index error (open: check first)
-    assert ("ValueError | torch_segops.segment_coo: index must be non-negative, got index[..., 0] = -1" in negative
-            or negative.startswith("RuntimeError | torch_segops.segment_coo: allocating out of shape (2147483658)")), negative
+    # the index is checked before an output this large is allocated: its error comes first
+    assert "ValueError | torch_segops.segment_coo: index must be non-negative, got index[..., 0] = -1" in negative, \
+        negative
 
 
 # ---- Low 4: scatter reports the caller's positions -----------------------------------------------------------

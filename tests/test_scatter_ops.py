@@ -218,6 +218,42 @@ def test_a_segment_on_both_sides_of_every_chunk_border():
                     assert_same_bits(got, expected.view(-1), f"lead {lead}, length {length}, {reduce}")
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_one_feature_past_the_serial_size_matches_bitwise_for_any_thread_count(index_dtype):
+    """F = 1 with more rows than a call runs serially (2**17 elements): the partition's blocks of 2**16 rows (an odd
+    and an even count of blocks, a short last one) and the two interleaved halves of each counting sort, on 1, 2
+    and 3 threads: the bits of the sorted CSR path, NaN payloads equal across thread counts; out= too."""
+    g = torch.Generator().manual_seed(21)
+    threads_before = torch.get_num_threads()
+    try:
+        for n, size, kind in ((200_001, 3, "uniform"), (262_145, 20_000, "uniform"), (150_000, 150_000, "skewed"),
+                              (140_000, 7, "rotated")):
+            src = special_values((1, n, 1), torch.float32, g)
+            index = draw_index(n, size, kind, g).to(index_dtype).view(1, -1)
+            for reduce in ("sum", "mean", "mul", "min", "max"):
+                expected, expected_arg = old_rows(src, index, size, reduce)
+                out0 = special_values((size,), torch.float32, g)
+                expected_out, _ = old_scatter(src.view(-1), index.view(-1), 0, size, reduce, out=out0.clone())
+                first = None
+                for threads in (1, 2, 3):
+                    torch.set_num_threads(threads)
+                    what = f"n {n}, size {size}, {kind}, {index_dtype}, {reduce}, {threads} threads"
+                    got = getattr(ops, f"scatter_{reduce}")(src, index, size, False)
+                    values, arg = got if isinstance(got, tuple) else (got, None)
+                    assert_same_bits(values, expected, what)
+                    if expected_arg is not None:
+                        assert torch.equal(arg, expected_arg), f"{what}: arg"
+                    out = out0.clone()
+                    so.scatter(src.view(-1), index.view(-1), 0, out=out, reduce=reduce)
+                    assert_same_bits(out, expected_out, f"{what}, out=")
+                    if first is None:
+                        first = values
+                    else:
+                        assert_same_bits(values, first, f"{what} vs 1 thread", nan_payload=True)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
 # ---- the public functions against the old path (out=, gradients) and the float64 reference ---------------
 
 @pytest.mark.parametrize("reduce", REDUCTIONS)

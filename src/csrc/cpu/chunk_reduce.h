@@ -202,9 +202,10 @@ template <class Load> struct DirectRows {
 };
 
 // The reduction Op of B batches of F features into o. map turns a reduced row into the arg written.
+// serial: on the calling thread alone (no parallel region: a small problem, or a caller's own parallel work).
 template <class Op, class OutT, class Segs, class Rows, class ArgMap = SamePosition>
 void reduce_chunks(const Segs& segs, const Rows& rows, int64_t B, int64_t F, const Outputs<OutT>& o,
-                   const ArgMap& map = ArgMap()) {
+                   const ArgMap& map = ArgMap(), bool serial = false) {
   using State = typename Op::State;
   const int64_t S = segs.S;
   if (B == 0 || S == 0 || F == 0) return;
@@ -231,7 +232,11 @@ void reduce_chunks(const Segs& segs, const Rows& rows, int64_t B, int64_t F, con
     b = std::upper_bound(chunk_start.begin(), chunk_start.end(), c) - chunk_start.begin() - 1;
   };
 
-  torch::stable::parallel_for(0, nchunks * ntiles, 1, [&](int64_t u0, int64_t u1) {
+  auto for_units = [&](const auto& body) {
+    if (serial) return body(int64_t{0}, nchunks * ntiles);
+    torch::stable::parallel_for(0, nchunks * ntiles, 1, body);
+  };
+  for_units([&](int64_t u0, int64_t u1) {
     std::vector<State> st(static_cast<size_t>(ft));
     std::vector<int64_t> qbuf;
     auto stage = rows.stage(W * F);
@@ -283,7 +288,7 @@ void reduce_chunks(const Segs& segs, const Rows& rows, int64_t B, int64_t F, con
 
   // Second pass: each crossing segment is finished by the chunk holding its end, merging the carries
   // of the chunks before it in chunk order.
-  torch::stable::parallel_for(0, nchunks * ntiles, 1, [&](int64_t u0, int64_t u1) {
+  for_units([&](int64_t u0, int64_t u1) {
     std::vector<State> st(static_cast<size_t>(ft));
     for (int64_t u = u0; u < u1; ++u) {
       int64_t c, b, f0, fn;

@@ -46,13 +46,20 @@ void check_memory(const ScatterArgs& a, int64_t elem_bytes, bool with_arg) {
   scatter_fail(os.str());
 }
 
-// The message for what a kernel found wrong with the index (the first problem, as the COO functions word it).
-void raise_index_problem(const ScatterArgs& a, bool sorted) {
+// The first problem of the index, as the COO functions word it ("" if none).
+std::string index_problem(const ScatterArgs& a, bool sorted) {
+  std::string problem;
   dispatch_index(a.index.scalar_type(), [&](auto tag) {
     using I = typename decltype(tag)::type;
-    const std::string problem = cpu::first_problem(cptr<I>(a.index), a.rows, a.N, a.S, sorted);
-    if (!problem.empty()) throw std::runtime_error(problem);
+    problem = cpu::first_problem(cptr<I>(a.index), a.rows, a.N, a.S, sorted);
   });
+  return problem;
+}
+
+// The message for what a kernel found wrong with the index.
+[[noreturn]] void raise_index_problem(const ScatterArgs& a, bool sorted) {
+  const std::string problem = index_problem(a, sorted);
+  if (!problem.empty()) throw std::runtime_error(problem);
   scatter_fail("index could not be read as it should (no problem found on a second look)");
 }
 
@@ -109,7 +116,24 @@ struct ScatterOps {
         a.S = cpu::size_from_max(cptr<I>(a.index), a.rows * a.N);
       });
     }
-    auto [out, arg] = outputs(a, src, op);
+    // A bad index is reported before an output that cannot be had: where the output is weighed (or its
+    // allocation fails), the index is checked first (a pass over it costs less than the output's pages).
+    const double out_bytes = double(a.B) * double(a.S) * double(a.F) * double(dtype_bytes(src.scalar_type()));
+    if (out_bytes >= kWeighedBytes) {
+      const std::string problem = index_problem(a, sorted);
+      if (!problem.empty()) throw std::runtime_error(problem);
+    }
+    std::optional<std::pair<Tensor, std::optional<Tensor>>> outs;
+    try {
+      outs.emplace(outputs(a, src, op));
+    } catch (...) {
+      if (out_bytes < kWeighedBytes) {
+        const std::string problem = index_problem(a, sorted);
+        if (!problem.empty()) throw std::runtime_error(problem);
+      }
+      throw;
+    }
+    auto& [out, arg] = *outs;
     const int status = cpu::kernels().scatter(a, R, sorted, out, arg ? &*arg : nullptr);
     if (status != cpu::kScatterOk) raise_index_problem(a, sorted);
     return finish(out, arg);

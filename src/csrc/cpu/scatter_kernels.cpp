@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -41,21 +40,15 @@ constexpr int64_t kBlockRows = 1 << 16;         // rows per partition block: a r
 constexpr int64_t kMaxBucketTargets = 1 << 16;  // targets per range: a target's place in it fits uint16
 constexpr int64_t kBucketRows = 1 << 15;        // rows a range holds on average (its records stay in L2)
 constexpr int64_t kCarryBytes = 16;             // rows of at most this many bytes travel with the partition
+constexpr int64_t kSerialElems = 1 << 17;       // src elements below which a call opens no parallel region
 const int64_t kZero = 0;                        // the one batch offset of a single indptr row
-
-// DEV ONLY (tuning): a parameter from the environment
-inline int64_t dev_param(const char* name, int64_t dflt) {
-  static thread_local const char* last = nullptr;
-  (void)last;
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : dflt;
-}
 
 // body(i0, i1) over [0, n) in pieces of `grain`, each taken by whichever thread is free (threads of a busy
 // machine do not wait for one that was descheduled); the results never depend on who took what.
-// Each thread's calls share one State (its scratch), made where it runs.
-template <class State, class Body> void parallel_dynamic(int64_t n, int64_t grain, const Body& body) {
-  const int64_t threads = std::min<int64_t>(std::max<int64_t>(1, torch::stable::get_num_threads()), ceil_div(n, grain));
+// Each thread's calls share one State (its scratch), made where it runs. serial: on the calling thread.
+template <class State, class Body> void parallel_dynamic(int64_t n, int64_t grain, bool serial, const Body& body) {
+  const int64_t threads =
+      serial ? 1 : std::min<int64_t>(std::max<int64_t>(1, torch::stable::get_num_threads()), ceil_div(n, grain));
   std::atomic<int64_t> next{0};
   auto run = [&](int64_t, int64_t) {
     State state;
@@ -236,13 +229,47 @@ template <typename I> struct SortedIndexSegments {
 
 // ---- any order: a stable partition by ranges of targets ---------------------------------------------
 
+// Calls visit(half, i) for i in [0, n): half 0 for [0, h), half 1 for [h, n) (h = n / 2), each half in order,
+// the two interleaved. A counting sort gives each half its own counters, so the counter updates form two
+// independent chains (an update waits on the previous one of the same counter) and the order within a
+// bucket stays the rows' order (half 0's rows first).
+template <class Visit> [[gnu::always_inline]] inline void two_halves(int64_t n, const Visit& visit) {
+  const int64_t h = n / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    visit(std::integral_constant<int, 0>{}, i);
+    visit(std::integral_constant<int, 1>{}, h + i);
+  }
+  if (n > 2 * h) visit(std::integral_constant<int, 1>{}, n - 1);
+}
+
+// The same over a concatenation of parts (part p: its elements [lo(p), hi(p))): half 0 is the first
+// `parts / 2` parts, half 1 the rest; visit(half, p, i).
+template <class Lo, class Hi, class Visit>
+[[gnu::always_inline]] inline void two_halves_of_parts(int64_t parts, const Lo& lo, const Hi& hi, const Visit& visit) {
+  const int64_t ph = parts / 2;
+  for (int64_t p = 0; p < ph; ++p) {
+    const int64_t q = ph + p;
+    int64_t i = lo(p), j = lo(q);
+    const int64_t ie = hi(p), je = hi(q);
+    for (const int64_t stop = i + std::min(ie - i, je - j); i < stop; ++i, ++j) {
+      visit(std::integral_constant<int, 0>{}, p, i);
+      visit(std::integral_constant<int, 1>{}, q, j);
+    }
+    for (; i < ie; ++i) visit(std::integral_constant<int, 0>{}, p, i);
+    for (; j < je; ++j) visit(std::integral_constant<int, 1>{}, q, j);
+  }
+  if (parts > 2 * ph) {
+    for (int64_t i = lo(parts - 1), e = hi(parts - 1); i < e; ++i) visit(std::integral_constant<int, 1>{}, parts - 1, i);
+  }
+}
+
 // The partition of one index row: ranges of R = 2^shift targets (about kBucketRows rows each, at most
 // kMaxBucketTargets targets), NB of them; blocks of kBlockRows rows.
 struct Ranges {
   int shift;
   int64_t R, NB, nblocks;
   Ranges(int64_t S, int64_t N) {
-    const double want = double(S) * double(dev_param("SEGOPS_DEV_BUCKET_ROWS", kBucketRows)) / double(std::max<int64_t>(N, 1));
+    const double want = double(S) * double(kBucketRows) / double(std::max<int64_t>(N, 1));
     shift = 0;
     while (shift < 16 && double(int64_t{1} << (shift + 1)) <= want) ++shift;
     R = int64_t{1} << shift;
@@ -258,6 +285,7 @@ template <class Op, bool kCarry, bool kPos, bool kF1, typename T, typename I>
 void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F, T* out, int64_t* arg,
                        std::atomic<bool>* bad) {
   const Ranges rg(S, N);
+  const bool serial = N * F < kSerialElems;
   const int shift = rg.shift;
   const int64_t R = rg.R, NB = rg.NB, nblocks = rg.nblocks;
   // Pass 1, per block of rows: its rows grouped by range, in their order, at the block's own place of the
@@ -272,8 +300,8 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
     std::vector<uint16_t> lt, pos;
     std::vector<T> vals;
   };
-  parallel_dynamic<Stage>(nblocks, 1, [&](Stage& st, int64_t b0, int64_t b1) {
-    st.cur.resize(static_cast<size_t>(NB));
+  parallel_dynamic<Stage>(nblocks, 1, serial, [&](Stage& st, int64_t b0, int64_t b1) {
+    st.cur.resize(static_cast<size_t>(2 * NB));
     st.lt.resize(static_cast<size_t>(kBlockRows));
     if (kPos) st.pos.resize(static_cast<size_t>(kBlockRows));
     if (kCarry) st.vals.resize(static_cast<size_t>(kBlockRows * F));
@@ -294,14 +322,27 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
         bad->store(true, std::memory_order_relaxed);
         continue;
       }
+      // the counts of the block's two halves (two_halves), o[k + 1] and c1[k], then o the block's offsets and
+      // c0, c1 the halves' cursors
+      uint32_t* const c0 = c;
+      uint32_t* const c1 = c + NB;
       std::fill(o, o + NB + 1, 0u);
-      for (int64_t j = 0; j < n; ++j) ++o[(static_cast<uint64_t>(static_cast<int64_t>(xb[j])) >> sh) + 1];
-      for (int64_t k = 0; k < NB; ++k) o[k + 1] += o[k];
-      std::copy(o, o + NB, c);
+      std::fill(c1, c1 + NB, 0u);
+      uint32_t* const counts[2] = {o + 1, c1};
+      two_halves(n, [&](auto half, int64_t j) {
+        ++counts[half][static_cast<uint64_t>(static_cast<int64_t>(xb[j])) >> sh];
+      });
+      for (int64_t k = 0; k < NB; ++k) {
+        const uint32_t first = o[k + 1];
+        o[k + 1] = o[k] + first + c1[k];
+        c0[k] = o[k];
+        c1[k] = o[k] + first;
+      }
       const T* const sb = src + r0 * F;
-      for (int64_t j = 0; j < n; ++j) {
+      uint32_t* const cursors[2] = {c0, c1};
+      two_halves(n, [&](auto half, int64_t j) {
         const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(xb[j]));
-        const uint32_t d = c[v >> sh]++;
+        const uint32_t d = cursors[half][v >> sh]++;
         slt[d] = static_cast<uint16_t>(v & mask);
         if constexpr (kPos) spos[d] = static_cast<uint16_t>(j);
         if constexpr (kCarry) {
@@ -311,7 +352,7 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
             copy_row(svals + d * F, sb + j * F, F);
           }
         }
-      }
+      });
       std::copy(slt, slt + n, lt.data() + r0);
       if constexpr (kPos) std::copy(spos, spos + n, pos.data() + r0);
       if constexpr (kCarry) std::copy(svals, svals + n * F, vals.data() + r0 * F);
@@ -331,51 +372,54 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
   // reduction of its segments, with the chunk borders of the whole merge path (its first item is item
   // t0 + g[k] of it).
   struct Buffers {
-    std::vector<int64_t> lp, cur, rows;
+    std::vector<int64_t> lp, cur, rows;  // cur: two halves' cursors
     std::vector<T> vals;
   };
-  auto range = [&](int64_t k, Buffers& sc) {
+  auto range = [&](int64_t k, Buffers& sc, bool serial_range) {
     const int64_t t0 = k << shift, Rk = std::min(R, S - t0), nb = g[k + 1] - g[k];
+    // the range's records: blocks [0, nblocks) in order, block blk's at [o[k], o[k + 1]) of its own place;
+    // a counting sort by target in two halves of the blocks (two_halves_of_parts), as in pass 1
     sc.lp.assign(static_cast<size_t>(Rk) + 1, 0);
+    sc.cur.assign(static_cast<size_t>(2 * Rk), 0);
     int64_t* const lp = sc.lp.data();
     const uint16_t* const lts = lt.data();
-    for (int64_t blk = 0; blk < nblocks; ++blk) {
-      const uint32_t* o = off.data() + blk * (NB + 1);
-      const uint16_t* const l = lts + blk * kBlockRows;
-      for (int64_t i = o[k], e = o[k + 1]; i < e; ++i) ++lp[l[i] + 1];
+    auto lo = [&](int64_t blk) { return blk * kBlockRows + off[blk * (NB + 1) + k]; };
+    auto hi = [&](int64_t blk) { return blk * kBlockRows + off[blk * (NB + 1) + k + 1]; };
+    int64_t* const cur0 = sc.cur.data();
+    int64_t* const cur1 = cur0 + Rk;
+    int64_t* const counts[2] = {lp + 1, cur1};
+    two_halves_of_parts(nblocks, lo, hi, [&](auto half, int64_t, int64_t i) { ++counts[half][lts[i]]; });
+    for (int64_t t = 0; t < Rk; ++t) {
+      const int64_t first = lp[t + 1];
+      lp[t + 1] = lp[t] + first + cur1[t];
+      cur0[t] = lp[t];
+      cur1[t] = lp[t] + first;
     }
-    for (int64_t t = 0; t < Rk; ++t) lp[t + 1] += lp[t];
-    sc.cur.assign(lp, lp + Rk);
     if constexpr (kPos) sc.rows.resize(static_cast<size_t>(nb));
     if constexpr (kCarry) sc.vals.resize(static_cast<size_t>(nb * F));
-    int64_t* const cur = sc.cur.data();
     int64_t* const rows = sc.rows.data();
     T* const sv = sc.vals.data();
     const uint16_t* const poss = pos.data();
     const T* const vs = vals.data();
-    for (int64_t blk = 0; blk < nblocks; ++blk) {
-      const uint32_t* o = off.data() + blk * (NB + 1);
-      const int64_t base = blk * kBlockRows;
-      const uint16_t* const l = lts + base;
-      for (int64_t i = o[k], e = o[k + 1]; i < e; ++i) {
-        const int64_t d = cur[l[i]]++;
-        if constexpr (kPos) rows[d] = base + poss[base + i];
-        if constexpr (kCarry) {
-          if (kF1) {
-            sv[d] = vs[base + i];
-          } else {
-            copy_row(sv + d * F, vs + (base + i) * F, F);
-          }
+    int64_t* const cursors[2] = {cur0, cur1};
+    two_halves_of_parts(nblocks, lo, hi, [&](auto half, int64_t blk, int64_t i) {
+      const int64_t d = cursors[half][lts[i]]++;
+      if constexpr (kPos) rows[d] = blk * kBlockRows + poss[i];
+      if constexpr (kCarry) {
+        if (kF1) {
+          sv[d] = vs[i];
+        } else {
+          copy_row(sv + d * F, vs + i * F, F);
         }
       }
-    }
+    });
     const CsrSegments segs{lp, &kZero, Rk, (t0 + g[k]) % W};
     const Outputs<T> o{out, arg, S, t0, N};
     const PermArg map{rows, &kZero};
     if constexpr (kCarry) {
-      reduce_chunks<Op>(segs, DirectRows<ArrayLoad<T>>{ArrayLoad<T>{sv, nb * F}, nb}, 1, F, o, map);
+      reduce_chunks<Op>(segs, DirectRows<ArrayLoad<T>>{ArrayLoad<T>{sv, nb * F}, nb}, 1, F, o, map, serial_range);
     } else {
-      reduce_chunks<Op>(segs, GatheredRows<T>{src, N, F, rows, &kZero, bad}, 1, F, o, map);
+      reduce_chunks<Op>(segs, GatheredRows<T>{src, N, F, rows, &kZero, bad}, 1, F, o, map, serial_range);
     }
   };
   // A range that holds a large share of the rows runs alone, its reduction in parallel; the others run
@@ -385,12 +429,12 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
   {
     Buffers sc;
     for (int64_t k = 0; k < NB; ++k) {
-      if (g[k + 1] - g[k] >= large) range(k, sc);
+      if (g[k + 1] - g[k] >= large) range(k, sc, serial);
     }
   }
-  parallel_dynamic<Buffers>(NB, 1, [&](Buffers& sc, int64_t k0, int64_t k1) {
+  parallel_dynamic<Buffers>(NB, 1, serial, [&](Buffers& sc, int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
-      if (g[k + 1] - g[k] < large) range(k, sc);
+      if (g[k + 1] - g[k] < large) range(k, sc, true);
     }
   });
 }
@@ -398,7 +442,7 @@ void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F
 template <class Op, typename T, typename I>
 void scatter_any_order(const T* src, const I* x, int64_t N, int64_t S, int64_t F, T* out, int64_t* arg,
                        std::atomic<bool>* bad) {
-  if (F * static_cast<int64_t>(sizeof(T)) > dev_param("SEGOPS_DEV_CARRY", kCarryBytes)) {
+  if (F * static_cast<int64_t>(sizeof(T)) > kCarryBytes) {
     return scatter_any_order<Op, false, true, false>(src, x, N, S, F, out, arg, bad);
   }
   constexpr bool kPos = Op::kHasArg;
@@ -418,10 +462,15 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
   std::atomic<bool> bad{false};
   const int64_t W = chunk_items(F);
   const int64_t cpb = ceil_div(S + N, W);
-  if (F > 0) {  // the sorted index, read as it is
+  const bool serial = B * N * F < kSerialElems;
+  // A step down among the first rows: not sorted (the sorted reading would open a parallel region to find out).
+  bool may_be_sorted = true;
+  for (int64_t j = 1, e = std::min<int64_t>(N, W); j < e; ++j) may_be_sorted &= !(x[j] < x[j - 1]);
+  if (F > 0 && may_be_sorted) {  // the sorted index, read as it is
     std::vector<int64_t> bounds(static_cast<size_t>(2 * B * cpb), -1);
     const SortedIndexSegments<I> segs{x, a.row_of_batch.data(), N, S, cpb, bounds.data(), &bad};
-    reduce_chunks<Op>(segs, DirectRows<ArrayLoad<T>>{ArrayLoad<T>{src, B * N * F}, N}, B, F, Outputs<T>{out, arg, S, 0, N});
+    reduce_chunks<Op>(segs, DirectRows<ArrayLoad<T>>{ArrayLoad<T>{src, B * N * F}, N}, B, F, Outputs<T>{out, arg, S, 0, N},
+                      SamePosition(), serial);
     if (!bad.load() && segs.tiles(B)) return kScatterOk;
   }
   if (sorted) return kIndexUnsorted;  // (or out of range: the host finds which, and where)
@@ -437,7 +486,7 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
     scatter_any_order<Op>(src + b * N * F, x + a.row_of_batch[b] * N, N, S, F, out + b * S * F,
                           arg != nullptr ? arg + b * S * F : nullptr, &bad);
   };
-  if (B >= 2 * threads && N * F <= (int64_t{1} << 20)) {  // many small batches: side by side
+  if (!serial && B >= 2 * threads && N * F <= (int64_t{1} << 20)) {  // many small batches: side by side
     torch::stable::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) batch(b);
     });
