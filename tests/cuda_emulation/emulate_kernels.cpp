@@ -1259,6 +1259,26 @@ void check_index_to_indptr() {
   run_index_case<int32_t>({0, 2, 3, 5, 6, 9}, 2, 3, 6, false, "too large");
   run_index_case<int64_t>({4, 2, 1, -3, -1, 0}, 2, 3, -1, true, "size -1: decrease before negative");
   run_index_case<int64_t>({-4, 2, 3, 3, 5, 5}, 2, 3, -1, false, "size -1: negative");
+  // size -1 with the int64 maximum in the index: the kernel keeps max + 1 without a signed overflow and the host
+  // reads the maximum back (the call then refuses it: index_args.h size_after_max)
+  g_ctx = "index_to_indptr: size -1, the int64 maximum";
+  for (const int64_t big : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 1}) {
+    const int64_t x[] = {0, 5, big, 3, -1};
+    for (int64_t total : {3, 5}) {
+      IndexRows<int64_t> ix;
+      ix.x = x;
+      ix.rows = 1;
+      ix.n = total;
+      u64 words[2] = {kNoError, kNoError};
+      HostExec ex;
+      launch_index_max(ex, ix, words, 2);
+      EXPECT(index_max_of_word(words[1]) == big, "max %lld, expected %lld", (long long)index_max_of_word(words[1]),
+             (long long)big);
+      EXPECT(total == 3 ? words[0] == kNoError : words[0] >> kTagBits == index_error_key(kIndexNegative, 4, total),
+             "word %llx", words[0]);
+    }
+  }
+  EXPECT(index_max_of_word(kNoError) == -1, "an empty index has no maximum");
   std::mt19937_64 rng(37);
   for (int it = 0; it < 60; ++it) {
     const int64_t rows = 1 + static_cast<int64_t>(rng() % 3), n = static_cast<int64_t>(rng() % 300);
