@@ -33,6 +33,7 @@
 // checks that no kernel reads workspace bytes that were never written (what compute-sanitizer's initcheck
 // checks on a GPU).
 #define SEGOPS_TRACE_ACCESSES 1
+#include "cuda/call_errors.cuh"
 #include "cuda/coo_kernels.cuh"
 #include "cuda/drivers.cuh"
 #include "cuda/error_messages.h"
@@ -126,6 +127,12 @@ struct HostExec {
   int64_t launches = 0;
   bool fail_workspace = false;  // workspace() throws
   int64_t fail_launch = -1;     // launch number fail_launch (counting from 0) throws
+  ErrorSlot call_slot;          // slot(): the op call's slot of the error word (CallErrors)
+  ErrorSlot slot(int64_t limit) const {
+    ErrorSlot s = call_slot;
+    s.limit = limit;
+    return s;
+  }
   void zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
   void* workspace(size_t bytes) {
     if (fail_workspace) throw ExecFailure{};
@@ -1005,8 +1012,9 @@ Tunings make_tunings() {
 // ---- the host glue's error protocol -------------------------------------------------------------------------
 // An op call on the GPU (CudaBackend, segment_cuda.cu; index_to_indptr, coo_kernels.cuh): the call's tag, its
 // slot of the error word armed in a PublishOnAbort, the launches that validate into the word, the last launch
-// that publishes. Here a call can end between two launches (HostExec::fail_launch / fail_workspace, or an
-// exception between them as gather_into's out= check), and a word can be left behind by another call.
+// that publishes: the sequence of call_errors.cuh (CallErrors) and run_index_to_indptr, the code the library
+// runs. Here a call can end between two launches (HostExec::fail_launch / fail_workspace, or an exception
+// between them as gather_into's out= check), and a word can be left behind by another call.
 
 Problem one_row(const std::vector<int64_t>& indptr, int64_t N, int64_t F) {
   Problem pb;
@@ -1018,8 +1026,8 @@ Problem one_row(const std::vector<int64_t>& indptr, int64_t N, int64_t F) {
   return pb;
 }
 
-// gather_into's order (segment_ops.h) with CudaBackend: the validation, then (unless out_throws: the out= check
-// throws there) the expansion that publishes.
+// gather_into's order (segment_ops.h) with CudaBackend's CallErrors (call_errors.cuh): the validation, then
+// (unless out_throws: the out= check throws there) the expansion that publishes, then the call's end.
 void gather_call(HostErrors& he, uint32_t n, const Problem& pb, int64_t R, bool out_throws) {
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
@@ -1027,14 +1035,13 @@ void gather_call(HostErrors& he, uint32_t n, const Problem& pb, int64_t R, bool 
   Buf<float> src(static_cast<size_t>(pb.S * pb.F)), out(static_cast<size_t>(R * pb.F));
   for (size_t i = 0; i < src.n; ++i) src[i] = static_cast<float>(i);
   HostExec ex;
+  ex.call_slot = he.ctx(kOpGatherCsr, -1, call_tag(n));
   try {
-    PublishOnAbort<HostExec, Publish> guard(ex);
-    const ErrorContext ec = he.ctx(kOpGatherCsr, R, call_tag(n));
-    guard.arm(ec.publish(g));
-    launch_validate(ex, g, ec, nullptr, Tuning());
+    CallErrors<HostExec> errors(ex, g);
+    errors.validate_for_expand(R);
     if (out_throws) throw ExecFailure{};
-    run_expand<SrcLoad<float>::kVec>(ex, g, R, GatherFn<float>{src.p}, out.p, ec.publish(g), true, Tuning());
-    guard.disarm();
+    errors.expand<SrcLoad<float>::kVec>(R, GatherFn<float>{src.p}, out.p, true);
+    errors.end();
   } catch (const ExecFailure&) {
   }
 }
@@ -1049,12 +1056,11 @@ int64_t reduce_call(HostErrors& he, uint32_t n, const Problem& pb, const Tuning&
   for (size_t i = 0; i < x.n; ++i) x[i] = static_cast<float>(i % 7);
   HostExec ex;
   ex.fail_launch = fail_launch;
+  ex.call_slot = he.ctx(kOpSegmentCsr, -1, call_tag(n));
   try {
-    PublishOnAbort<HostExec, Publish> guard(ex);
-    const ErrorContext ec = he.ctx(kOpSegmentCsr, pb.N, call_tag(n));
-    guard.arm(ec.publish(g));
-    run_reduce<SumOp<float>>(ex, g, SrcLoad<float>{x.p}, out.p, nullptr, ec, true, t);
-    guard.disarm();
+    CallErrors<HostExec> errors(ex, g);
+    errors.reduce<SumOp<float>>(SrcLoad<float>{x.p}, out.p, nullptr, pb.N, true, t);
+    errors.end();
   } catch (const ExecFailure&) {
   }
   return ex.launches;
