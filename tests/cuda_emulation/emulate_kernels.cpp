@@ -101,7 +101,10 @@ static std::vector<WrittenShadow> g_shadows;  // the workspaces alive (HostExec)
 static long g_uninit_reads = 0;
 
 void segops_trace_use() {}
-void segops_trace_shared(const void*, int, bool, int) {}  // shared memory: the tracer's (bank conflicts)
+// shared memory: the block emulation's race check (the tracer counts bank conflicts here)
+void segops_trace_shared(const void* p, int bytes, bool store, int) {
+  segops_emu::BlockRunner::shared_access(p, bytes, store);
+}
 void segops_trace_step() {}
 
 void segops_trace_access(const void* p, int bytes, int kind, int site) {
@@ -933,7 +936,9 @@ void check_host_decisions() {
 // Block kernels that break the barrier rules: the emulation must abort with the reason (test_cuda_build.py
 // runs them as separate processes). kind 0: a thread returns while the others wait at a barrier; 1: half a
 // warp skips a shuffle; 2: shared memory read after another thread's write without a barrier (a race: the
-// result depends on the order threads run in, which the emulation varies).
+// result depends on the order threads run in, which the emulation varies); 3: a tile loop without the barrier
+// between the loads of a tile's warp totals and the next tile's stores of them (ScanRows without its second
+// __syncthreads), where a shuffle between them hides the race from the thread order.
 struct BadBlock {
   static constexpr int kBlock = 64;
   struct Shared {
@@ -949,9 +954,19 @@ struct BadBlock {
     } else if (kind == 1) {
       if (t % 32 < 16) out[t] = blk.shfl_up(t, 1);
       blk.sync();
-    } else {
+    } else if (kind == 2) {
       sh.v[t] = t;
       out[t] = sh.v[(t + 1) % kBlock];  // no barrier between the write and the read
+    } else {
+      int sum = 0;
+      for (int tile = 0; tile < 2; ++tile) {
+        const int incl = t + blk.shfl_up(t, 1);
+        if (t % 32 == 31) SEGOPS_SH_ST(sh.v[t / 32], incl + tile);
+        blk.sync();
+        for (int w = 0; w < kBlock / 32; ++w) sum += SEGOPS_SH_LD(sh.v[w]);
+        // (the barrier the next tile's stores need is missing here)
+      }
+      out[t] = sum;
     }
   }
 };
