@@ -313,6 +313,21 @@ def test_segment_coo_names_the_first_bad_position(bad, size, message):
             so.segment_coo(torch.ones(2, 3), index.to(dtype), dim_size=None if size == -1 else size)
 
 
+def test_dim_size_read_from_an_index_holding_the_int64_maximum_is_refused():
+    """dim_size = max(index) + 1 does not exist for an index holding the int64 maximum: a ValueError naming index and
+    dim_size (it overflowed into dim_size = -2**63 once), from every function that reads the size from the index."""
+    big = torch.tensor([0, 2**63 - 1])
+    calls = {"segment_coo": lambda: so.segment_coo(torch.ones(2), big),
+             "scatter": lambda: so.scatter(torch.ones(2), big, reduce="max"),
+             "scatter_plan": lambda: so.scatter_plan(big)}
+    for fn, call in calls.items():
+        with pytest.raises(ValueError, match=rf"torch_segops.{fn}: index must hold values below 9223372036854775807 "
+                                             r"\(the int64 maximum\) when dim_size is not given: dim_size = max\(index\)"):
+            call()
+    with pytest.raises(RuntimeError, match="index must hold values below 9223372036854775807"):
+        torch.ops.torch_segops.index_to_indptr(big, -1, False)
+
+
 def test_gather_coo_of_unsorted_and_out_of_range_index_names_the_position():
     with pytest.raises(ValueError, match=r"gather_coo: index must be sorted .*index\[..., 2\] = 0"):
         so.gather_coo(torch.randn(4, 2), torch.tensor([0, 3, 0, 3]))

@@ -78,7 +78,8 @@ def test_parts_cover_the_whole_run():
 @pytest.mark.xdist_group("emulation-controls")
 @pytest.mark.parametrize("kind, reason", [(0, "a thread returned while others wait at a block barrier"),
                                           (1, "threads wait at different barriers"),
-                                          (2, "race: the result depends on the thread order")])
+                                          (2, "race: the result depends on the thread order"),
+                                          (3, "shared memory race: a warp stores to bytes another warp loaded")])
 def test_block_emulation_rejects_broken_kernels(emulator, kind, reason):
     """The block emulation rejects kernels that break the barrier rules (each would hang or race on a GPU)."""
     bad = subprocess.run([emulator, "--bad-block", str(kind)], capture_output=True, text=True)

@@ -119,7 +119,7 @@ RESOURCES_AT_CALIBRATION = "benchmarks/results/gpu-model-resources-sm90.json"
 CALIBRATION_RESOURCES = os.path.join(HERE, "results", "gpu-model-resources-sm90-6bf4532.json")
 SOURCES = [*(f"src/csrc/cuda/{f}.cuh" for f in ("device_primitives", "indptr_errors", "chunk_grid", "reduce_kernels",
                                                 "short_kernels", "block_kernels", "expand_kernels", "drivers",
-                                                "cuda_call")),
+                                                "cuda_call", "call_errors")),
            "src/csrc/cuda_plans.h", "src/csrc/index_math.h", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
            "src/csrc/reducers.h", "src/csrc/reductions.h", "research/gpu_model/trace_kernels.cpp",
            "tests/cuda_emulation/block_emulation.h"]

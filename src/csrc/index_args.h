@@ -3,7 +3,9 @@
 // Messages start with "torch_segops: " (the Python wrappers put the public function's name there).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +30,17 @@ void dispatch_index(ScalarType t, const F& f) {
   if (t == ScalarType::Long) return f(TypeTag<int64_t>{});
   if (t == ScalarType::Int) return f(TypeTag<int32_t>{});
   throw std::runtime_error(std::string(kPrefix) + "index must be int64 or int32, got " + torch_dtype_name(t));
+}
+
+// dim_size -1: max(index) + 1 (0 for an empty or all-negative index, whose check then reports the value). An
+// index holding the int64 maximum has no such size (max + 1 would overflow).
+inline int64_t size_after_max(int64_t max) {
+  if (max == std::numeric_limits<int64_t>::max()) {
+    throw std::runtime_error(std::string(kPrefix) + "index must hold values below " + std::to_string(max) +
+                             " (the int64 maximum) when dim_size is not given: dim_size = max(index) + 1 would "
+                             "overflow int64; pass dim_size");
+  }
+  return std::max<int64_t>(max, -1) + 1;
 }
 
 // index viewed as [rows, n] (contiguous), the output size and the [rows, size + 1] offsets.

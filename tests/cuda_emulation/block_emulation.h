@@ -8,6 +8,10 @@
 // order in which threads run inside a phase is forward, reverse or shuffled (a result that depends on it
 // is a race). A barrier or shuffle that not every thread of its block or warp reaches (a thread returned,
 // or waits at another barrier) is reported and aborts: on a GPU that is a hang or undefined behaviour.
+// A shuffle only orders its warp, but here a warp's shuffle waits for every ready thread of the block, so the
+// thread order alone cannot show a missing block barrier between warps; shared_access() (the kernels'
+// SEGOPS_SH_LD / SEGOPS_SH_ST, reported by the emulation's trace hook) does: two accesses to a shared byte by
+// threads of different warps, one of them a store, with no block barrier between them abort as a race.
 //
 // Used by emulate_kernels.cpp (under AddressSanitizer/UBSan) and research/gpu_model/trace_kernels.cpp (the memory model).
 // Fibers switch with a few lines of x86-64 assembly (callee-saved registers and the stack pointer), or
@@ -103,7 +107,10 @@ class BlockRunner {
   // Runs body(t) for t in [0, n) as the threads of one block.
   void run(int n, const std::function<void(int)>& body, uint64_t seed) {
     if (static_cast<int>(fibers_.size()) < n) fibers_.resize(static_cast<size_t>(n));
+    if (n > 32 * 32) fail("more than 1024 threads in a block");
     n_ = n;
+    barriers_ = 0;
+    std::fill(shadow_.begin(), shadow_.end(), SharedByte{});
     body_ = &body;
     xbuf_.assign(static_cast<size_t>((n + 31) / 32) * 2 * 32 * kSlotBytes, 0);
     xsize_.assign(static_cast<size_t>((n + 31) / 32) * 2, -1);
@@ -122,6 +129,45 @@ class BlockRunner {
       }
       if (ran) continue;
       if (!release()) break;
+    }
+    if (active() == this) active() = nullptr;
+  }
+
+  // The block's shared memory [p, p + bytes), watched by shared_access() in the next run().
+  void watch_shared(const void* p, size_t bytes) {
+    shared_lo_ = static_cast<const char*>(p);
+    shared_bytes_ = bytes;
+    shadow_.assign(bytes, SharedByte{});
+  }
+
+  // A load or store of shared bytes [p, p + bytes) by the running thread (nothing outside a watched block run):
+  // aborts on an access that races with another warp's since the last block barrier.
+  static void shared_access(const void* p, int bytes, bool store) {
+    BlockRunner* r = active();
+    if (r == nullptr || r->current_ < 0) return;
+    const char* c = static_cast<const char*>(p);
+    if (c < r->shared_lo_ || c >= r->shared_lo_ + r->shared_bytes_) return;
+    const uint32_t epoch = r->barriers_ + 1, warp = static_cast<uint32_t>(r->current_ / 32);
+    const size_t off = static_cast<size_t>(c - r->shared_lo_);
+    for (size_t i = off; i < std::min(off + static_cast<size_t>(bytes), r->shared_bytes_); ++i) {
+      SharedByte& b = r->shadow_[i];
+      if (b.write_epoch == epoch && b.writer_warp != warp) {
+        fail(store ? "shared memory race: two warps store to the same bytes with no block barrier between"
+                   : "shared memory race: a warp loads bytes another warp stored with no block barrier between");
+      }
+      if (b.read_epoch != epoch) {
+        b.read_epoch = epoch;
+        b.reader_warps = 0;
+      }
+      if (store) {
+        if ((b.reader_warps & ~(1u << warp)) != 0) {
+          fail("shared memory race: a warp stores to bytes another warp loaded with no block barrier between");
+        }
+        b.write_epoch = epoch;
+        b.writer_warp = warp;
+      } else {
+        b.reader_warps |= 1u << warp;
+      }
     }
   }
 
@@ -150,6 +196,15 @@ class BlockRunner {
   std::vector<char> xbuf_;
   std::vector<int> xsize_;
   int current_ = -1;
+  // shared memory watched by shared_access(): per byte, the block barriers passed (plus one) at its last store
+  // and by which warp, and the warps that loaded it since the last barrier
+  struct SharedByte {
+    uint32_t write_epoch = 0, writer_warp = 0, read_epoch = 0, reader_warps = 0;
+  };
+  const char* shared_lo_ = nullptr;
+  size_t shared_bytes_ = 0;
+  std::vector<SharedByte> shadow_;
+  uint32_t barriers_ = 0;  // block barriers released in this run
   // AddressSanitizer: the fake stack of the runner's own stack while a fiber runs, and that stack's bounds
   void* main_fake_stack_ = nullptr;
   const void* main_bottom_ = nullptr;
@@ -302,6 +357,7 @@ class BlockRunner {
         }
       }
       for (int t = 0; t < n_; ++t) fibers_[t].state = Fiber::kReady;
+      ++barriers_;
       return true;
     }
     fail("a shuffle that not every lane of its warp reached");
@@ -329,6 +385,7 @@ void run_blocks(BlockRunner& runner, const K& k, int64_t blocks, unsigned char f
                 const std::function<void(int64_t)>& before_block = nullptr) {
   using Shared = typename K::Shared;
   Shared* sh = static_cast<Shared*>(std::malloc(sizeof(Shared)));
+  runner.watch_shared(sh, sizeof(Shared));
   for (int64_t bi = 0; bi < blocks; ++bi) {
     const int64_t b = runner.order == 1 ? blocks - 1 - bi : bi;
     if (before_block) before_block(b);

@@ -33,6 +33,7 @@
 // checks that no kernel reads workspace bytes that were never written (what compute-sanitizer's initcheck
 // checks on a GPU).
 #define SEGOPS_TRACE_ACCESSES 1
+#include "cuda/call_errors.cuh"
 #include "cuda/coo_kernels.cuh"
 #include "cuda/drivers.cuh"
 #include "cuda/error_messages.h"
@@ -100,7 +101,10 @@ static std::vector<WrittenShadow> g_shadows;  // the workspaces alive (HostExec)
 static long g_uninit_reads = 0;
 
 void segops_trace_use() {}
-void segops_trace_shared(const void*, int, bool, int) {}  // shared memory: the tracer's (bank conflicts)
+// shared memory: the block emulation's race check (the tracer counts bank conflicts here)
+void segops_trace_shared(const void* p, int bytes, bool store, int) {
+  segops_emu::BlockRunner::shared_access(p, bytes, store);
+}
 void segops_trace_step() {}
 
 void segops_trace_access(const void* p, int bytes, int kind, int site) {
@@ -126,6 +130,12 @@ struct HostExec {
   int64_t launches = 0;
   bool fail_workspace = false;  // workspace() throws
   int64_t fail_launch = -1;     // launch number fail_launch (counting from 0) throws
+  ErrorSlot call_slot;          // slot(): the op call's slot of the error word (CallErrors)
+  ErrorSlot slot(int64_t limit) const {
+    ErrorSlot s = call_slot;
+    s.limit = limit;
+    return s;
+  }
   void zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
   void* workspace(size_t bytes) {
     if (fail_workspace) throw ExecFailure{};
@@ -926,7 +936,9 @@ void check_host_decisions() {
 // Block kernels that break the barrier rules: the emulation must abort with the reason (test_cuda_build.py
 // runs them as separate processes). kind 0: a thread returns while the others wait at a barrier; 1: half a
 // warp skips a shuffle; 2: shared memory read after another thread's write without a barrier (a race: the
-// result depends on the order threads run in, which the emulation varies).
+// result depends on the order threads run in, which the emulation varies); 3: a tile loop without the barrier
+// between the loads of a tile's warp totals and the next tile's stores of them (ScanRows without its second
+// __syncthreads), where a shuffle between them hides the race from the thread order.
 struct BadBlock {
   static constexpr int kBlock = 64;
   struct Shared {
@@ -942,9 +954,19 @@ struct BadBlock {
     } else if (kind == 1) {
       if (t % 32 < 16) out[t] = blk.shfl_up(t, 1);
       blk.sync();
-    } else {
+    } else if (kind == 2) {
       sh.v[t] = t;
       out[t] = sh.v[(t + 1) % kBlock];  // no barrier between the write and the read
+    } else {
+      int sum = 0;
+      for (int tile = 0; tile < 2; ++tile) {
+        const int incl = t + blk.shfl_up(t, 1);
+        if (t % 32 == 31) SEGOPS_SH_ST(sh.v[t / 32], incl + tile);
+        blk.sync();
+        for (int w = 0; w < kBlock / 32; ++w) sum += SEGOPS_SH_LD(sh.v[w]);
+        // (the barrier the next tile's stores need is missing here)
+      }
+      out[t] = sum;
     }
   }
 };
@@ -1005,8 +1027,9 @@ Tunings make_tunings() {
 // ---- the host glue's error protocol -------------------------------------------------------------------------
 // An op call on the GPU (CudaBackend, segment_cuda.cu; index_to_indptr, coo_kernels.cuh): the call's tag, its
 // slot of the error word armed in a PublishOnAbort, the launches that validate into the word, the last launch
-// that publishes. Here a call can end between two launches (HostExec::fail_launch / fail_workspace, or an
-// exception between them as gather_into's out= check), and a word can be left behind by another call.
+// that publishes: the sequence of call_errors.cuh (CallErrors) and run_index_to_indptr, the code the library
+// runs. Here a call can end between two launches (HostExec::fail_launch / fail_workspace, or an exception
+// between them as gather_into's out= check), and a word can be left behind by another call.
 
 Problem one_row(const std::vector<int64_t>& indptr, int64_t N, int64_t F) {
   Problem pb;
@@ -1018,8 +1041,8 @@ Problem one_row(const std::vector<int64_t>& indptr, int64_t N, int64_t F) {
   return pb;
 }
 
-// gather_into's order (segment_ops.h) with CudaBackend: the validation, then (unless out_throws: the out= check
-// throws there) the expansion that publishes.
+// gather_into's order (segment_ops.h) with CudaBackend's CallErrors (call_errors.cuh): the validation, then
+// (unless out_throws: the out= check throws there) the expansion that publishes, then the call's end.
 void gather_call(HostErrors& he, uint32_t n, const Problem& pb, int64_t R, bool out_throws) {
   Buf<int64_t> ip(pb.indptr.size());
   std::copy(pb.indptr.begin(), pb.indptr.end(), ip.p);
@@ -1027,14 +1050,13 @@ void gather_call(HostErrors& he, uint32_t n, const Problem& pb, int64_t R, bool 
   Buf<float> src(static_cast<size_t>(pb.S * pb.F)), out(static_cast<size_t>(R * pb.F));
   for (size_t i = 0; i < src.n; ++i) src[i] = static_cast<float>(i);
   HostExec ex;
+  ex.call_slot = he.ctx(kOpGatherCsr, -1, call_tag(n));
   try {
-    PublishOnAbort<HostExec, Publish> guard(ex);
-    const ErrorContext ec = he.ctx(kOpGatherCsr, R, call_tag(n));
-    guard.arm(ec.publish(g));
-    launch_validate(ex, g, ec, nullptr, Tuning());
+    CallErrors<HostExec> errors(ex, g);
+    errors.validate_for_expand(R);
     if (out_throws) throw ExecFailure{};
-    run_expand<SrcLoad<float>::kVec>(ex, g, R, GatherFn<float>{src.p}, out.p, ec.publish(g), true, Tuning());
-    guard.disarm();
+    errors.expand<SrcLoad<float>::kVec>(R, GatherFn<float>{src.p}, out.p, true);
+    errors.end();
   } catch (const ExecFailure&) {
   }
 }
@@ -1049,12 +1071,11 @@ int64_t reduce_call(HostErrors& he, uint32_t n, const Problem& pb, const Tuning&
   for (size_t i = 0; i < x.n; ++i) x[i] = static_cast<float>(i % 7);
   HostExec ex;
   ex.fail_launch = fail_launch;
+  ex.call_slot = he.ctx(kOpSegmentCsr, -1, call_tag(n));
   try {
-    PublishOnAbort<HostExec, Publish> guard(ex);
-    const ErrorContext ec = he.ctx(kOpSegmentCsr, pb.N, call_tag(n));
-    guard.arm(ec.publish(g));
-    run_reduce<SumOp<float>>(ex, g, SrcLoad<float>{x.p}, out.p, nullptr, ec, true, t);
-    guard.disarm();
+    CallErrors<HostExec> errors(ex, g);
+    errors.reduce<SumOp<float>>(SrcLoad<float>{x.p}, out.p, nullptr, pb.N, true, t);
+    errors.end();
   } catch (const ExecFailure&) {
   }
   return ex.launches;
@@ -1259,6 +1280,26 @@ void check_index_to_indptr() {
   run_index_case<int32_t>({0, 2, 3, 5, 6, 9}, 2, 3, 6, false, "too large");
   run_index_case<int64_t>({4, 2, 1, -3, -1, 0}, 2, 3, -1, true, "size -1: decrease before negative");
   run_index_case<int64_t>({-4, 2, 3, 3, 5, 5}, 2, 3, -1, false, "size -1: negative");
+  // size -1 with the int64 maximum in the index: the kernel keeps max + 1 without a signed overflow and the host
+  // reads the maximum back (the call then refuses it: index_args.h size_after_max)
+  g_ctx = "index_to_indptr: size -1, the int64 maximum";
+  for (const int64_t big : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 1}) {
+    const int64_t x[] = {0, 5, big, 3, -1};
+    for (int64_t total : {3, 5}) {
+      IndexRows<int64_t> ix;
+      ix.x = x;
+      ix.rows = 1;
+      ix.n = total;
+      u64 words[2] = {kNoError, kNoError};
+      HostExec ex;
+      launch_index_max(ex, ix, words, 2);
+      EXPECT(index_max_of_word(words[1]) == big, "max %lld, expected %lld", (long long)index_max_of_word(words[1]),
+             (long long)big);
+      EXPECT(total == 3 ? words[0] == kNoError : words[0] >> kTagBits == index_error_key(kIndexNegative, 4, total),
+             "word %llx", words[0]);
+    }
+  }
+  EXPECT(index_max_of_word(kNoError) == -1, "an empty index has no maximum");
   std::mt19937_64 rng(37);
   for (int it = 0; it < 60; ++it) {
     const int64_t rows = 1 + static_cast<int64_t>(rng() % 3), n = static_cast<int64_t>(rng() % 300);

@@ -18,7 +18,8 @@ namespace cpu {
 
 constexpr int64_t kBlock = 1 << 16;  // index elements per unit of parallel work
 
-// max(index) + 1 (0 for an empty index); a negative maximum gives 0 and the check reports the value.
+// max(index) + 1 (0 for an empty index; size_after_max refuses the int64 maximum); a negative maximum gives 0 and
+// the check reports the value.
 template <typename I>
 inline int64_t size_from_max(const I* x, int64_t total) {
   std::atomic<int64_t> best{-1};
@@ -29,7 +30,7 @@ inline int64_t size_from_max(const I* x, int64_t total) {
     while (m > cur && !best.compare_exchange_weak(cur, m)) {
     }
   });
-  return std::max<int64_t>(best.load(), -1) + 1;
+  return size_after_max(best.load());
 }
 
 // The first problem, as the Python COO checks word it (only on the error path; serial).

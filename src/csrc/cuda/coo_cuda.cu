@@ -56,7 +56,7 @@ template <typename I> int64_t checked_size(cuda::CudaCall& call, const IndexView
     const std::vector<int64_t> x = index_values<I>(v.index, total, first, pos - first + 1);
     throw std::runtime_error(kPrefix + index_error_message(what, pos, ix.n, x.back(), pos != first ? x[0] : 0, -1));
   }
-  return static_cast<int64_t>(~hv[1]);
+  return size_after_max(cuda::index_max_of_word(hv[1]));
 }
 
 Tensor index_to_indptr_cuda(Tensor index, int64_t size, bool check_sorted) {

@@ -56,7 +56,8 @@ SEGOPS_HD u64 index_error_key(int32_t what, int64_t i, int64_t total) {
 // Pass 1. Thread tid takes entries tid, tid + threads, ...: checks each (keeping the smallest error key in
 // *err, tagged), adds the length of each run of equal values to its value's bucket (off: zeroed offsets, bucket
 // of v: off[row][clamp(v, -1, size) + 1] when that is <= size; nullptr: no counting) and, with max_last, keeps
-// the largest value plus one (as atomicMin(~(max + 1)), so the word starts at ~0).
+// the largest value plus one (as atomicMin(~(max + 1)), so the word starts at ~0; max + 1 in u64, where the int64
+// maximum plus one does not overflow).
 template <typename I> struct IndexCount {
   IndexRows<I> ix;
   int64_t threads = 1;
@@ -94,7 +95,7 @@ template <typename I> struct IndexCount {
       }
     }
     if (bad != kNoError && err != nullptr) atomic_min_u64(err, bad);
-    if (max_last != nullptr) atomic_min_u64(max_last, ~static_cast<u64>(m + 1));  // (m >= -1)
+    if (max_last != nullptr) atomic_min_u64(max_last, ~(static_cast<u64>(m) + 1));  // (m >= -1)
   }
 };
 
@@ -217,6 +218,9 @@ SEGOPS_UNROLL
     }
   }
 };
+
+// max(index) (-1 for an empty or all-negative index) from the word IndexCount's max_last leaves.
+inline int64_t index_max_of_word(u64 word) { return ~word == 0 ? -1 : static_cast<int64_t>(~word - 1); }
 
 // ---- drivers (host) ------------------------------------------------------------------------------------
 // Exec as in drivers.cuh, plus void zero(void* p, size_t bytes) (stream-ordered).

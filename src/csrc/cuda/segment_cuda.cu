@@ -31,6 +31,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "csr_args.h"
+#include "cuda/call_errors.cuh"
 #include "cuda/cuda_call.cuh"
 #include "cuda/drivers.cuh"
 #include "cuda/error_messages.h"
@@ -245,18 +246,9 @@ struct CudaBackend {
   const char* op;
   CudaCall call;
   const Geometry g;
-  PublishOnAbort<CudaCall, Publish> guard{call};
-  Publish pub;  // gather: how the expansion learns of an invalid indptr found by the validation before it
+  CallErrors<CudaCall> errors{call, g};  // the error protocol's sequence (call_errors.cuh)
 
   CudaBackend(const CsrArgs& a, OpId id) : op(op_names(id).name), call(a.src, op, id), g(make_geometry(a, op)) {}
-
-  // This call's slot of the error word for a kernel that validates indptr (limit: the bound of its last
-  // offset); from now on the call's end publishes it, normally or not (PublishOnAbort).
-  ErrorContext errors(int64_t limit) {
-    const ErrorContext ec{call.slot(limit)};
-    guard.arm(ec.publish(g));
-    return ec;
-  }
 
   // The plans this process allows (TORCH_SEGOPS_CUDA_PLANS, torch_segops.set_cuda_plans); read per call, so a
   // change takes effect at the next one.
@@ -270,7 +262,7 @@ struct CudaBackend {
 
   template <class Op, class Load, class OutT>
   void reduce_with(const Load& load, OutT* out, int64_t* arg, int64_t limit, bool in_aligned) {
-    count_cuda_plan(run_reduce<Op>(call, g, load, out, arg, errors(limit), in_aligned, tuning()));
+    count_cuda_plan(errors.reduce<Op>(load, out, arg, limit, in_aligned, tuning()));
   }
 
   Tensor output(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor* given,
@@ -278,16 +270,14 @@ struct CudaBackend {
     return output_for(like, sizes, dtype, given, op, name);
   }
 
-  // Nothing to do before the kernels: each checks the offsets it reads (errors()), asynchronously.
+  // Nothing to do before the kernels: each checks the offsets it reads (errors), asynchronously.
   void check_indptr(const CsrArgs&, int64_t, const char*) const {}
 
   // With size -1 the offsets are validated and max(indptr[..., -1]) read back now (a host sync); else
-  // the validation runs before the expansion, which it tells of an invalid indptr (pub).
+  // the validation runs before the expansion, which publishes what it found (errors).
   int64_t gather_rows(const CsrArgs& a, int64_t size, const char*) {
     if (size < 0) return validate_and_max(a.indptr);
-    const ErrorContext ec = errors(size);
-    launch_validate(call, g, ec, nullptr, Tuning());
-    pub = ec.publish(g);
+    errors.validate_for_expand(size);
     return size;
   }
 
@@ -308,7 +298,7 @@ struct CudaBackend {
       using T = typename decltype(tag)::type;
       const T* x = cptr<T>(a.src);
       T* o = mptr<T>(out);
-      run_expand<SrcLoad<T>::kVec>(call, g, R, GatherFn<T>{x}, o, pub, aligned16(x));
+      errors.expand<SrcLoad<T>::kVec>(R, GatherFn<T>{x}, o, aligned16(x));
     });
   }
 
@@ -333,7 +323,7 @@ struct CudaBackend {
   }
 
   void finish() {
-    guard.disarm();
+    errors.end();
     call.finish();
   }
 
