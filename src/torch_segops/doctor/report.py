@@ -7,18 +7,9 @@ import dataclasses
 import json
 import sys
 
-from .checks import (check_arch, check_cuda_plans, check_cudatoolkit, check_driver, check_gpu_vs_cuda, check_library,
-                     check_torch, check_torch_vs_gpu, check_variant)
+from .checks import CHECKS, diagnose  # noqa: F401 (CHECKS: re-exported)
 from .probes import gather_facts
 from .records import ERROR, INFO, OK, WARNING, Facts, Finding
-
-CHECKS = [check_torch, check_library, check_torch_vs_gpu, check_driver, check_variant, check_gpu_vs_cuda, check_arch,
-          check_cudatoolkit, check_cuda_plans]
-
-
-def diagnose(f: Facts) -> list[Finding]:
-    return [finding for check in CHECKS for finding in check(f)]
-
 
 def has_errors(findings: list[Finding]) -> bool:
     return any(x.severity == ERROR for x in findings)
