@@ -39,11 +39,15 @@ def torch_fix(f: Facts, minimum: str = MIN_TORCH, flag: str = "", cuda: str | No
     return f"pip install{flag or (' --force-reinstall' if cuda else '')} 'torch>={minimum}'{index}"
 
 
+def installed_by(f: Facts) -> str:
+    """"pip" or "conda": what installed torch_segops (else what this environment suggests)."""
+    return (f.install or {}).get("kind") or ("conda" if f.in_conda_env else "pip")
+
+
 def segops_fix(f: Facts, build: str | None = None, force: bool = False) -> str:
-    """Install torch_segops (the conda ``build``: "cpu", "cuda129"; None: any) the way this one was installed (else the
-    way this environment suggests)."""
+    """Install torch_segops (the conda ``build``: "cpu", "cuda129"; None: any) the way this one was installed."""
     install, how = f.install or {}, " --force-reinstall" if force else ""
-    if (install.get("kind") or ("conda" if f.in_conda_env else "pip")) == "pip":
+    if installed_by(f) == "pip":
         cuda = "TORCH_SEGOPS_WITH_CUDA=1 " if build and build != "cpu" else ""
         cmd = f"{cuda}pip install --no-build-isolation{how and how + ' --no-deps'} {'-e ' if install.get('editable') else ''}{install.get('source') or '.'}"
         return cmd if install.get("source") else cmd + "  (in a torch-segops source checkout)"
@@ -59,7 +63,7 @@ def segops_fix(f: Facts, build: str | None = None, force: bool = False) -> str:
 
 def fix_cuda_segops(f: Facts, cuda: str | None = None) -> str:
     fix = segops_fix(f, build_name(cuda or f.torch_cuda_version or SUGGESTED_CUDA))
-    if fix.startswith("TORCH_SEGOPS_WITH_CUDA=1 pip"):  # installed by pip
+    if installed_by(f) == "pip":
         return f"rebuild with CUDA: {fix}"
     return f"{fix}   or, building from source: TORCH_SEGOPS_WITH_CUDA=1 pip install --no-build-isolation -e .  (from a source checkout)"
 
@@ -225,14 +229,17 @@ def arch_support(capability: tuple[int, int], archs: list[str]) -> tuple[str, Ar
 
 
 def check_arch(f: Facts):
-    archs = list((f.build_info or {}).get("cuda_archs") or []) if variant(f) == "cuda" else []
-    for g in f.gpus if variant(f) == "cuda" else []:
+    if variant(f) != "cuda":
+        return
+    archs = list((f.build_info or {}).get("cuda_archs") or [])
+    judged = archs and all(parse_arch(a) for a in archs)  # not "native", "all"
+    for g in f.gpus:
         sm, gpu = g.capability and f"{g.capability[0]}{g.capability[1]}", f"GPU {g.index} {g.name}"
-        kind, entry = arch_support(g.capability, archs) if sm and archs and None not in map(parse_arch, archs) else ("?", None)
+        kind, entry = arch_support(g.capability, archs) if sm and judged else ("unjudged", None)
         rebuild = f'TORCH_SEGOPS_WITH_CUDA=1 CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES={sm}" pip install --no-build-isolation -e .'
         if not sm:
             yield WARNING, "gpu-cc-unknown", f"GPU {g.index} ({g.name}): compute capability unknown, cannot check the binary's architectures"
-        elif kind == "?":
+        elif kind == "unjudged":
             yield (WARNING, "archs-unknown", f"the binary's architecture list ({';'.join(archs) or 'empty'}) cannot be checked against "
                    f"GPU {g.index} (sm_{sm})")
         elif kind == "sass":
