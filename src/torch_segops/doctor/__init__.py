@@ -1,23 +1,61 @@
-"""Diagnose a torch-segops installation: ``python -m torch_segops.doctor [--json]``.
-
-The doctor reports what a user needs to fix an install: the torch_segops binary (variant, CUDA version, GPU
-architectures, whether it is the file its installer recorded), the torch build, the GPUs and the NVIDIA driver,
-and every mismatch between them with the command that fixes it. Exit status 0: no problem found; 1: an error.
-
-One seam per module: ``records`` (Facts, GPU, Finding, the constants copied from ``data/compat.yaml``),
-``install`` (pip's RECORD, conda's conda-meta, the channels), ``probes`` (``gather_facts()``: the machine into a
-Facts record, never raising), ``child`` (the process that imports torch and loads the library: a damaged one
-kills it, not the doctor), ``checks`` (pure functions ``Facts -> list[Finding]``, tested by
-feeding facts), ``report`` (``diagnose``, the text report, the command line). The doctor never loads the library
-in its own process, and checks its sha256 against the install record before the child does; ``import
-torch_segops`` checks only the ELF headers (hashing a CUDA build's library costs about 0.5 s per import).
-"""
+"""Diagnose a torch-segops installation: ``python -m torch_segops.doctor [--json]``, exit status 0: no problem found;
+1: an error. ``records``: Facts, GPU, Finding and the constants of ``data/compat.yaml``; ``install``: what pip and conda
+recorded; ``probes``: ``gather_facts()`` (never raising); ``child``: the process that imports torch and loads the library
+(a damaged one kills it, not the doctor, which first checks the file's sha256 against its install record);
+``checks``: the findings; here: the text report (``render``) and the command line (``main``)."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
+import sys
+
+from .checks import CHECKS, diagnose
 from .probes import gather_facts
 from .records import ERROR, GPU, INFO, OK, WARNING, Facts, Finding
-from .report import CHECKS, diagnose, has_errors, main, render
 
 __all__ = ["CHECKS", "ERROR", "Facts", "Finding", "GPU", "INFO", "OK", "WARNING", "diagnose", "gather_facts", "has_errors",
            "main", "render"]
+TAGS = {ERROR: "ERROR", WARNING: "WARN ", OK: "ok   ", INFO: "info "}
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(x.severity == ERROR for x in findings)
+
+
+def render(f: Facts, findings: list[Finding]) -> str:
+    info, lines = f.build_info or {}, ["torch-segops doctor", ""]
+    if info:
+        src = "" if f.build_info_source == "loaded" else "  (read from the file, not loaded)"
+        lines.append(f"  torch_segops  {info.get('version')}  variant={info.get('variant')}  CUDA={info.get('cuda_version') or '-'}  archs={';'.join(info.get('cuda_archs') or []) or '-'}{src}")
+        lines.append(f"                built against torch headers {info.get('torch_headers') or '?'}, stable-ABI target {info.get('torch_target') or '?'}, compiler {info.get('cxx_compiler') or '?'}")
+        lines += [f"                CUDA reduction plans {info['cuda_plans']}"] if info.get("cuda_plans") else []
+    else:
+        lines.append(f"  torch_segops  {f.package_version or '?'} (no build info)")
+    lines.append(f"                library {f.library_path or '-'}")
+    if f.install:
+        lines.append(f"                installed by {f.install['kind']}: {f.install['record']}" + (f", from {f.install['channel']}" if f.install.get("channel") else ""))
+    lines.append(f"  torch         {f.torch_version}  build={'cuda ' + f.torch_cuda_version if f.torch_cuda_version else 'cpu'}" + (f"  cuda available={f.torch_cuda_available}" if f.torch_cuda_version else "")
+                 if f.torch_version else f"  torch         {'not working' if f.torch_path else 'not importable'} ({f.torch_error})")
+    lines.append(f"  python        {f.python}  ({'conda env' if f.in_conda_env else 'not a conda env'}: {sys.prefix})")
+    lines += [f"  GPU {g.index}         {g.name}  compute capability {'%d.%d' % tuple(g.capability) if g.capability else '?'}" for g in f.gpus] or [
+        f"  GPU           none found{' (' + f.gpu_probe_error + ')' if f.gpu_probe_error else ''}"]
+    if f.driver_version or f.driver_cuda_version:
+        lines.append(f"  driver        {f.driver_version or '?'}  (supports CUDA {f.driver_cuda_version or '?'})")
+    lines += [""] + [f"  [{TAGS.get(x.severity, x.severity)}] {x.message}" + (f"\n          fix: {x.fix}" if x.fix else "") for x in findings]
+    n_err, n_warn = (sum(x.severity == s for x in findings) for s in (ERROR, WARNING))
+    return "\n".join(lines + ["", "no problems found" if not n_err and not n_warn else f"{n_err} error(s), {n_warn} warning(s)"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="torch-segops-doctor", description="Diagnose a torch-segops installation.")
+    p.add_argument("--json", action="store_true", help="print facts and findings as JSON")
+    args = p.parse_args(argv)
+    facts = gather_facts()
+    findings = diagnose(facts)
+    if args.json:
+        print(json.dumps({"ok": not has_errors(findings), "facts": facts.to_dict(), "findings": [dataclasses.asdict(x) for x in findings]}, indent=2))
+    else:
+        print(render(facts, findings))
+    return 1 if has_errors(findings) else 0

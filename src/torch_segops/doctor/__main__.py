@@ -1,7 +1,5 @@
 """``python -m torch_segops.doctor``."""
 
-import sys
+from . import main
 
-from .report import main
-
-sys.exit(main())
+raise SystemExit(main())

@@ -5,7 +5,6 @@ after the library's file has passed its ELF check and the sha256 its install rec
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import platform
 import re
@@ -25,11 +24,7 @@ CHILD_TIMEOUT = 300  # seconds: importing torch on a busy machine, initialising 
 def read_build_info_from_file(path: str) -> dict | None:
     """The build-info JSON is one string literal in the binary: read it without loading the library.
     Values that are not strings (a hostile or damaged file) count as unknown (None)."""
-    try:
-        text = find_in_file(path, b'{"version": "', b"}")
-        info = json.loads(text.decode()) if text else None
-    except (OSError, ValueError):  # unreadable or not a regular file; not JSON (UnicodeDecodeError is one)
-        return None
+    info = json_or_none(lambda: (find_in_file(path, b'{"version": "', b"}") or b"null").decode())  # UnicodeDecodeError: a ValueError
     if not isinstance(info, dict):
         return None
     archs = info.get("cuda_archs") or ""
