@@ -41,6 +41,12 @@ template <typename T> struct TypeTag { using type = T; };
 
 template <Reduce R> struct Reduction;
 
+// The schemas' tails by has_arg (the row's literal true/false, pasted).
+#define SEGOPS_RETURNS_true " -> (Tensor, Tensor)"
+#define SEGOPS_RETURNS_false " -> Tensor"
+#define SEGOPS_OUTS_true ", Tensor(a!) out, Tensor(b!) arg) -> ()"
+#define SEGOPS_OUTS_false ", Tensor(a!) out) -> ()"
+
 #define SEGOPS_REDUCTION_TRAITS(E, NAME, OP, ARG, INTS)                                                  \
   template <> struct Reduction<Reduce::E> {                                                              \
     template <typename A> using reducer = OP<A>;                                                         \
@@ -50,23 +56,21 @@ template <Reduce R> struct Reduction;
     static constexpr char short_name[] = NAME;                                                           \
     static constexpr char name[] = "segment_" NAME;                                                      \
     static constexpr char out_name[] = "segment_" NAME "_out";                                           \
-    static constexpr const char* schema =                                                                \
-        ARG ? "segment_" NAME "(Tensor src, Tensor indptr) -> (Tensor, Tensor)"                          \
-            : "segment_" NAME "(Tensor src, Tensor indptr) -> Tensor";                                   \
-    static constexpr const char* out_schema =                                                            \
-        ARG ? "segment_" NAME "_out(Tensor src, Tensor indptr, Tensor(a!) out, Tensor(b!) arg) -> ()"    \
-            : "segment_" NAME "_out(Tensor src, Tensor indptr, Tensor(a!) out) -> ()";                   \
+    static constexpr char schema[] = "segment_" NAME "(Tensor src, Tensor indptr)" SEGOPS_RETURNS_##ARG;  \
+    static constexpr char out_schema[] = "segment_" NAME "_out(Tensor src, Tensor indptr" SEGOPS_OUTS_##ARG; \
     static constexpr char scatter_name[] = "scatter_" NAME;                                              \
     static constexpr char scatter_plan_name[] = "scatter_" NAME "_plan";                                 \
-    static constexpr const char* scatter_schema =                                                        \
-        ARG ? "scatter_" NAME "(Tensor src, Tensor index, SymInt size, bool sorted) -> (Tensor, Tensor)" \
-            : "scatter_" NAME "(Tensor src, Tensor index, SymInt size, bool sorted) -> Tensor";          \
-    static constexpr const char* scatter_plan_schema =                                                   \
-        ARG ? "scatter_" NAME "_plan(Tensor src, Tensor perm, Tensor indptr) -> (Tensor, Tensor)"        \
-            : "scatter_" NAME "_plan(Tensor src, Tensor perm, Tensor indptr) -> Tensor";                 \
+    static constexpr char scatter_schema[] =                                                             \
+        "scatter_" NAME "(Tensor src, Tensor index, SymInt size, bool sorted)" SEGOPS_RETURNS_##ARG;     \
+    static constexpr char scatter_plan_schema[] =                                                        \
+        "scatter_" NAME "_plan(Tensor src, Tensor perm, Tensor indptr)" SEGOPS_RETURNS_##ARG;            \
   };
 SEGOPS_REDUCTIONS(SEGOPS_REDUCTION_TRAITS)
 #undef SEGOPS_REDUCTION_TRAITS
+#undef SEGOPS_RETURNS_true
+#undef SEGOPS_RETURNS_false
+#undef SEGOPS_OUTS_true
+#undef SEGOPS_OUTS_false
 
 // Every reduction, in the list's order.
 #define SEGOPS_REDUCTION_VALUE(E, NAME, OP, ARG, INTS) Reduce::E,
