@@ -46,20 +46,18 @@ void check_memory(const ScatterArgs& a, int64_t elem_bytes, bool with_arg) {
   scatter_fail(os.str());
 }
 
-// The first problem of the index, as the COO functions word it ("" if none).
-std::string index_problem(const ScatterArgs& a, bool sorted) {
-  std::string problem;
+// Raises the first problem of the index, as the COO functions word it, if it has one.
+void check_index(const ScatterArgs& a, bool sorted) {
   dispatch_index(a.index.scalar_type(), [&](auto tag) {
     using I = typename decltype(tag)::type;
-    problem = cpu::first_problem(cptr<I>(a.index), a.rows, a.N, a.S, sorted);
+    const std::string problem = cpu::first_problem(cptr<I>(a.index), a.rows, a.N, a.S, sorted);
+    if (!problem.empty()) throw std::runtime_error(problem);
   });
-  return problem;
 }
 
 // The message for what a kernel found wrong with the index.
 [[noreturn]] void raise_index_problem(const ScatterArgs& a, bool sorted) {
-  const std::string problem = index_problem(a, sorted);
-  if (!problem.empty()) throw std::runtime_error(problem);
+  check_index(a, sorted);
   scatter_fail("index could not be read as it should (no problem found on a second look)");
 }
 
@@ -119,18 +117,12 @@ struct ScatterOps {
     // A bad index is reported before an output that cannot be had: where the output is weighed (or its
     // allocation fails), the index is checked first (a pass over it costs less than the output's pages).
     const double out_bytes = double(a.B) * double(a.S) * double(a.F) * double(dtype_bytes(src.scalar_type()));
-    if (out_bytes >= kWeighedBytes) {
-      const std::string problem = index_problem(a, sorted);
-      if (!problem.empty()) throw std::runtime_error(problem);
-    }
+    if (out_bytes >= kWeighedBytes) check_index(a, sorted);
     std::optional<std::pair<Tensor, std::optional<Tensor>>> outs;
     try {
       outs.emplace(outputs(a, src, op));
     } catch (...) {
-      if (out_bytes < kWeighedBytes) {
-        const std::string problem = index_problem(a, sorted);
-        if (!problem.empty()) throw std::runtime_error(problem);
-      }
+      if (out_bytes < kWeighedBytes) check_index(a, sorted);
       throw;
     }
     auto& [out, arg] = *outs;
