@@ -6,6 +6,7 @@ from). Every file is read as one that may be anything (a FIFO, /dev/zero, a trun
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import glob
 import hashlib
@@ -113,10 +114,9 @@ def pip_record(path: str) -> dict | None:
             digest = next((r[1] for r in rows if len(r) > 1 and r[0] == rel), None)
             if digest is None:
                 continue
-            try:
+            sha = None
+            with contextlib.suppress(ValueError):  # not base64
                 sha = base64.urlsafe_b64decode(digest[7:] + "==").hex() if digest.startswith("sha256=") else None
-            except ValueError:  # not base64
-                sha = None
             url = json_or_none(lambda: read_regular(os.path.join(dist, "direct_url.json")))
             url, folder_install = (url, isinstance(url.get("dir_info"), dict)) if isinstance(url, dict) else ({}, False)
             local = url2pathname(urlparse(url["url"]).path) if folder_install and str(url.get("url")).startswith("file:") else None
