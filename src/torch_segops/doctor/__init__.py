@@ -1,8 +1,5 @@
 """Diagnose a torch-segops installation: ``python -m torch_segops.doctor [--json]``, exit status 0: no problem found;
-1: an error. ``records``: Facts, GPU, Finding and the constants of ``data/compat.yaml``; ``install``: what pip and conda
-recorded; ``probes``: ``gather_facts()`` (never raising); ``child``: the process that imports torch and loads the library
-(a damaged one kills it, not the doctor, which first checks the file's sha256 against its install record);
-``checks``: the findings; here: the text report (``render``) and the command line (``main``)."""
+1: an error. Here: the text report (``render``) and the command line (``main``); docs/design.md lists the modules."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """The checks in the order ``diagnose`` runs them (``CHECKS``): generators over Facts that yield plain findings,
-(severity, code, message[, fix]): the install (torch, the library, the variant, cudatoolkit, the CUDA plans), then the
-GPUs and the driver (torch's build on a GPU machine, the driver against the CUDA majors in use, the binary's
-architectures (CMake CUDA_ARCHITECTURES entries) against each GPU, CUDA majors that dropped a GPU); and the install
-commands every fix is made of. A command that installs torch-segops names a channel that holds it: the one it was
-installed from, or the local channel tools/main.sh builds; no public channel holds it."""
+(severity, code, message[, fix]); and the install commands every fix is made of. A command that installs torch-segops
+names a channel that holds it: the one it was installed from, or the local channel tools/main.sh builds (no public
+channel holds it)."""
 
 from __future__ import annotations
 
 import os
 import re
-from typing import NamedTuple
+from collections import namedtuple
 
 from .records import (CUDATOOLKIT_LAST, ERROR, INFO, MIN_DRIVER_LINUX, MIN_TORCH, OK, OLDEST_ARCH, SUGGESTED_CUDA, WARNING, Facts,
                       Finding, cuda_major, version_at_least)
@@ -189,26 +187,17 @@ def check_gpu_vs_cuda(f: Facts):
 TEGRA = {(5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)}
 
 
-class ArchEntry(NamedTuple):
-    """One CMake CUDA_ARCHITECTURES entry: '75-real' (SASS), '90-virtual' (PTX), '120' (both), '90a-real'."""
-
-    major: int
-    minor: int
-    suffix: str  # "" | "a" (arch-specific) | "f" (family-specific)
-    sass: bool
-    ptx: bool
-
-    @property
-    def name(self) -> str:
-        return f"{self.major}{self.minor}{self.suffix}"
+# One CMake CUDA_ARCHITECTURES entry: '75-real' (SASS), '90-virtual' (PTX), '120' (both), '90a-real'; suffix "a":
+# arch-specific, "f": family-specific; name: '90a'.
+ArchEntry = namedtuple("ArchEntry", "major minor suffix sass ptx name")
 
 
 def parse_arch(entry: str) -> ArchEntry | None:
     m = re.fullmatch(r"(?:sm_|compute_)?(\d+)([af]?)(?:-(real|virtual))?", entry.strip())
     if not m:
         return None  # "native", "all", "all-major": cannot be judged from the list
-    num, suffix, kind = int(m.group(1)), m.group(2), m.group(3)
-    return ArchEntry(num // 10, num % 10, suffix, sass=kind in (None, "real"), ptx=kind in (None, "virtual"))
+    (major, minor), suffix, kind = divmod(int(m.group(1)), 10), m.group(2), m.group(3)
+    return ArchEntry(major, minor, suffix, kind in (None, "real"), kind in (None, "virtual"), f"{major}{minor}{suffix}")
 
 
 def arch_support(capability: tuple[int, int], archs: list[str]) -> tuple[str, ArchEntry | None]:
@@ -216,16 +205,14 @@ def arch_support(capability: tuple[int, int], archs: list[str]) -> tuple[str, Ar
     there is machine code the GPU runs (same major, minor not above the GPU's; an "a" entry, or a Tegra GPU or
     entry, only on its exact cc), ("ptx", entry) when only PTX of a lower or equal cc can be JIT-compiled,
     ("none", None) otherwise."""
-    cc = tuple(capability)
-    exact = lambda e: (e.major, e.minor) == cc  # noqa: E731
-    entries = [e for e in map(parse_arch, archs) if e is not None]
-    sass = [e for e in entries if e.sass and (exact(e) if e.suffix == "a" or cc in TEGRA or (e.major, e.minor) in TEGRA
-                                              else e.major == cc[0] and e.minor <= cc[1])]
+    cc, entries = tuple(capability), [e for e in map(parse_arch, archs) if e is not None]
+    same_major = lambda e: e.major == cc[0] and e.minor <= cc[1]  # noqa: E731
+    sass = [e for e in entries if e.sass and (e[:2] == cc if e.suffix == "a" or {cc, e[:2]} & TEGRA else same_major(e))]
     if sass:
         return "sass", max(sass, key=lambda e: (e.minor, e.suffix == "a"))
-    ptx = [e for e in entries if e.ptx and (exact(e) if e.suffix == "a" else e.major == cc[0] and e.minor <= cc[1]
-                                            if e.suffix == "f" else (e.major, e.minor) <= cc)]
-    return ("ptx", max(ptx, key=lambda e: (e.major, e.minor))) if ptx else ("none", None)
+    ptx = [e for e in entries if e.ptx and (e[:2] == cc if e.suffix == "a" else same_major(e) if e.suffix == "f"
+                                            else e[:2] <= cc)]
+    return ("ptx", max(ptx, key=lambda e: e[:2])) if ptx else ("none", None)
 
 
 def check_arch(f: Facts):
@@ -272,10 +259,10 @@ def check_cuda_plans(f: Facts):
     fix = "unset TORCH_SEGOPS_CUDA_PLANS, or set it to a subset of short,merge,block holding short or merge (e.g. merge)"
     if plans is None and os.environ.get("TORCH_SEGOPS_CUDA_PLANS"):
         yield INFO, "cuda-plans", f"TORCH_SEGOPS_CUDA_PLANS={os.environ['TORCH_SEGOPS_CUDA_PLANS']} (not checked: the library is not loaded)"
-    elif plans and plans.startswith("invalid:") and variant(f) == "cuda":
-        yield ERROR, "cuda-plans-invalid", f"{plans[len('invalid:'):].strip()}: every CUDA reduction raises this", fix
     elif plans and plans.startswith("invalid:"):
-        yield WARNING, "cuda-plans-invalid", f"{plans[len('invalid:'):].strip()} (this cpu build has no CUDA kernels and ignores it)", fix
+        why, cuda = plans[len("invalid:"):].strip(), variant(f) == "cuda"
+        yield (ERROR if cuda else WARNING, "cuda-plans-invalid", why + (": every CUDA reduction raises this" if cuda
+               else " (this cpu build has no CUDA kernels and ignores it)"), fix)
     elif plans is not None and plans != "short,merge,block":
         yield (INFO, "cuda-plans", f"CUDA reductions restricted to the plans {plans} (TORCH_SEGOPS_CUDA_PLANS or "
                "torch_segops.set_cuda_plans; the default is every plan)")

@@ -6,6 +6,7 @@ from). Every file is read as one that may be anything (a FIFO, /dev/zero, a trun
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import glob
 import hashlib
@@ -79,29 +80,22 @@ def find_cudatoolkit(conda_prefix: str | None) -> str | None:
     return next((str(rec.get("version") or "unknown version") for _, rec in records), None)
 
 
-def conda_channel(rec: dict) -> str | None:
-    """The channel a conda-meta record's package came from: its "url" less subdir and file name, else "channel"."""
-    url, channel, subdir = (str(rec.get(k) or "") for k in ("url", "channel", "subdir"))
-    if url.count("/") >= 3:
-        return url.rsplit("/", 2)[0]
-    return channel.rstrip("/").removesuffix("/" + subdir) if channel and subdir else channel or None
-
-
 def conda_record(path: str) -> dict | None:
-    """The torch-segops record in the conda-meta/ of the environment holding ``path`` that lists it."""
-    prefix = os.path.dirname(os.path.abspath(path))
-    while not os.path.isdir(os.path.join(prefix, "conda-meta")):
-        if os.path.dirname(prefix) == prefix:
-            return None
-        prefix = os.path.dirname(prefix)
-    rel = os.path.relpath(os.path.abspath(path), prefix).replace(os.sep, "/")
-    for name, rec in conda_meta(prefix, PACKAGE):
+    """The torch-segops record in the conda-meta/ of the environment holding ``path`` that lists it, with the channel
+    the package came from: its "url" less subdir and file name, else "channel"."""
+    path = Path(os.path.abspath(path))
+    prefix = next((p for p in path.parents if os.path.isdir(p / "conda-meta")), None)
+    rel = prefix and path.relative_to(prefix).as_posix()
+    for name, rec in conda_meta(str(prefix), PACKAGE) if prefix else ():
         entry = next((e for e in (rec.get("paths_data") or {}).get("paths") or [] if isinstance(e, dict) and e.get("_path") == rel), None)
         if entry is None and rel not in (rec.get("files") or []):
             continue
         entry = entry or {}  # listed in "files" only (an old conda): no hash
         sha = entry.get("sha256_in_prefix") or (None if entry.get("prefix_placeholder") else entry.get("sha256"))
-        return {"kind": "conda", "record": name, "sha256": sha, "channel": conda_channel(rec)}
+        url, channel, subdir = (str(rec.get(k) or "") for k in ("url", "channel", "subdir"))
+        channel = (url.rsplit("/", 2)[0] if url.count("/") >= 3 else channel.rstrip("/").removesuffix("/" + subdir)
+                   if channel and subdir else channel or None)
+        return {"kind": "conda", "record": name, "sha256": sha, "channel": channel}
     return None
 
 
@@ -120,10 +114,9 @@ def pip_record(path: str) -> dict | None:
             digest = next((r[1] for r in rows if len(r) > 1 and r[0] == rel), None)
             if digest is None:
                 continue
-            try:
+            sha = None
+            with contextlib.suppress(ValueError):  # not base64
                 sha = base64.urlsafe_b64decode(digest[7:] + "==").hex() if digest.startswith("sha256=") else None
-            except ValueError:  # not base64
-                sha = None
             url = json_or_none(lambda: read_regular(os.path.join(dist, "direct_url.json")))
             url, folder_install = (url, isinstance(url.get("dir_info"), dict)) if isinstance(url, dict) else ({}, False)
             local = url2pathname(urlparse(url["url"]).path) if folder_install and str(url.get("url")).startswith("file:") else None

@@ -4,6 +4,7 @@ after the library's file has passed its ELF check and the sha256 its install rec
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -12,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from importlib import metadata
 
 from .. import _libfile
 from .install import (channel_builds, conda_record, file_sha256, find_cudatoolkit, find_in_file, json_or_none,
@@ -88,11 +90,8 @@ def parse_nvrm_version(text: str) -> str | None:
 
 def _probe_gpus(f: Facts) -> None:
     """GPUs and driver without torch (a cpu torch cannot see them): the driver API, else nvidia-smi."""
-    try:
-        with open("/proc/driver/nvidia/version") as fh:
-            f.driver_version = parse_nvrm_version(fh.read())
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/driver/nvidia/version") as fh:
+        f.driver_version = parse_nvrm_version(fh.read())
     try:
         exe = None if _probe_libcuda(f) else shutil.which("nvidia-smi")
         out = exe and subprocess.run([exe, "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"],
@@ -153,12 +152,8 @@ def gather_facts() -> Facts:
     f.in_conda_env = os.path.isdir(os.path.join(sys.prefix, "conda-meta"))
     f.conda_prefix = os.environ.get("CONDA_PREFIX") or (sys.prefix if f.in_conda_env else None)
     f.cudatoolkit = find_cudatoolkit(f.conda_prefix)
-    try:
-        from importlib.metadata import version
-
-        f.package_version = version("torch-segops")
-    except Exception:  # PackageNotFoundError, or metadata that cannot be read
-        pass
+    with contextlib.suppress(Exception):  # PackageNotFoundError, or metadata that cannot be read
+        f.package_version = metadata.version("torch-segops")
     _probe_gpus(f)
     try:
         f.library_path = _libfile.library_path()
