@@ -1,5 +1,5 @@
 """Every public op of torch_segops as a repeatable call on small CPU inputs, and the memory counters
-that tell whether calls leave memory behind. Shared by tests/test_memory.py (heap growth per call, CI)
+that tell whether calls leave memory behind. Shared by tests/kernels/test_memory.py (heap growth per call, CI)
 and benchmarks/soak.py (heap and RSS slopes over minutes).
 
 CASES maps "function" or "function[variant]" to a factory that builds the inputs once and returns a

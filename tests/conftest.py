@@ -19,7 +19,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `import reference` from any rootdir
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `import reference` from every folder, any rootdir
 if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     import atexit
     import shutil

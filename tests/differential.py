@@ -1,4 +1,4 @@
-"""The float64 side of tests/test_differential.py: inputs drawn from what breaks kernels, the reference results of
+"""The float64 side of tests/kernels/test_differential.py: inputs drawn from what breaks kernels, the reference results of
 every public function (tests/reference.py's loops on float64 or int64 copies, plus the out= and composite rules
 written from the documentation), and the comparison with per-element tolerances.
 

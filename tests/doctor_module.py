@@ -1,4 +1,4 @@
-"""The doctor package loaded by path, for tests/test_doctor.py and tests/test_environments.py.
+"""The doctor package loaded by path, for tests/packaging/test_doctor.py and tests/packaging/test_environments.py.
 
 Loaded from src/ under a package name of its own whose ``__init__`` is not run (importing ``torch_segops`` loads
 the compiled library first): these tests need neither the library nor an installed torch_segops. The doctor's

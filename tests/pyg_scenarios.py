@@ -5,7 +5,7 @@ scenario twice from the same seed: PyG's native path (`torch_geometric.typing.WI
 as PyG's own `disable_extensions` test fixture does) and the torch_scatter path, which the alias serves.
 It records outputs, gradients (of a fixed random weighting of the outputs, for the inputs and every
 parameter), the calls PyG made to the alias module's functions and the torch_segops ops dispatched (a
-TorchDispatchMode: the compiled kernels really ran, forward and backward). tests/test_pyg.py compares them.
+TorchDispatchMode: the compiled kernels really ran, forward and backward). tests/api/test_pyg.py compares them.
 A child process, so the alias never enters the test session's sys.modules.
 """
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Run the op tests on linux-aarch64 under qemu-user, on an x86-64 Debian machine (not part of CI).
 
-    python tools/aarch64_qemu.py                 # tests/test_ops.py, test_autograd.py, test_errors.py
-    python tools/aarch64_qemu.py tests/test_ops.py -k gather
+    python tools/aarch64_qemu.py                 # tests/api/test_ops.py, test_autograd.py, test_errors.py
+    python tools/aarch64_qemu.py tests/api/test_ops.py -k gather
 
 1. Cross-builds _C.so for aarch64 against PyPI's torch==2.10.0 aarch64 wheel (tools/torch_wheels.py, as
-   tests/test_aarch64.py does), with Debian's g++-aarch64-linux-gnu.
+   tests/packaging/test_aarch64.py does), with Debian's g++-aarch64-linux-gnu.
 2. An aarch64 Python: Debian's own python3.11 for arm64 (the same Python minor as the cp311 wheels), with
    its library closure (libc6, libstdc++6, ...), downloaded by apt-get with a PRIVATE state folder
    (-o Dir::State/Dir::Cache=... APT::Architecture=arm64: the machine's dpkg and apt configuration are not
@@ -37,7 +37,7 @@ from tools.conda_tools import cache_dir  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 DEBS = ["python3.11", "libstdc++6", "zlib1g"]
 PURE_DEPS = ["filelock", "typing-extensions", "sympy>=1.13.3", "networkx", "jinja2", "fsspec"]
-TESTS = ["tests/test_ops.py", "tests/test_autograd.py", "tests/test_errors.py"]
+TESTS = ["tests/api/test_ops.py", "tests/api/test_autograd.py", "tests/api/test_errors.py"]
 
 
 def log(msg: str) -> None:

@@ -1,6 +1,6 @@
 """Render, build, index, install and inspect the conda package of recipe/ (rattler-build + py-rattler).
 
-Used by tools/main.py and tests/test_recipe*.py. Everything goes through the Python APIs of
+Used by tools/main.py and tests/packaging/test_recipe*.py. Everything goes through the Python APIs of
 py-rattler-build (render/build) and py-rattler (index/solve/install); no conda or mamba is needed.
 """
 

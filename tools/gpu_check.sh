@@ -11,8 +11,8 @@
 # included): one run under a hard budget of GPU_CHECK_BUDGET seconds (default 420: with the start, the run fits in
 # 8 minutes and leaves time for a second try), in order, each stage given at most what is left:
 #   info      the GPU, driver, torch and the library's build info (seconds);
-#   tests     tests/test_cuda.py on the GPU, every plan forced (at most TESTS_S = 210 s);
-#   memcheck  compute-sanitizer memcheck over a subset of tests/test_cuda.py (MEMCHECK_TESTS; at most MEMCHECK_S = 120 s);
+#   tests     tests/kernels/test_cuda.py on the GPU, every plan forced (at most TESTS_S = 210 s);
+#   memcheck  compute-sanitizer memcheck over a subset of tests/kernels/test_cuda.py (MEMCHECK_TESTS; at most MEMCHECK_S = 120 s);
 #   bench     the quick benchmark, only if at least BENCH_MIN_S = 60 s are left.
 # A stage cut short by its time limit says so in the results. Results: $OUT/gpu-check.md (the summary, the tails of
 # the tests and of memcheck, the measured benchmark beside the model's prediction carried in gpu-prebuilt/), which
@@ -24,8 +24,8 @@
 # time: carry the prebuilt one). The package is used from src/ (PYTHONPATH), nothing is installed. Logs go to
 # $LOGS (default /tmp/gpu_check).
 #
-# GPU_CHECK_DRY=1: the same plan without a GPU (the dry mode of tests/test_cuda.py on the CPU, no compute-sanitizer,
-# the benchmark's CPU smoke test), to check this script; tests/test_test_files.py runs it.
+# GPU_CHECK_DRY=1: the same plan without a GPU (the dry mode of tests/kernels/test_cuda.py on the CPU, no compute-sanitizer,
+# the benchmark's CPU smoke test), to check this script; tests/packaging/test_test_files.py runs it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=${LOGS:-/tmp/gpu_check}
@@ -91,7 +91,7 @@ fi
 
 if [ "$DRY" = 1 ]; then
   export TORCH_SEGOPS_CUDA_TESTS_DEVICE=cpu
-  echo "dry run (GPU_CHECK_DRY=1): no GPU; tests/test_cuda.py's dry mode, no compute-sanitizer, the CPU benchmark"
+  echo "dry run (GPU_CHECK_DRY=1): no GPU; tests/kernels/test_cuda.py's dry mode, no compute-sanitizer, the CPU benchmark"
 else
   if [ -z "${TORCH_SEGOPS_LIBRARY:-}" ] && [ -f gpu-prebuilt/_C.so ]; then
     export TORCH_SEGOPS_LIBRARY="$PWD/gpu-prebuilt/_C.so"
@@ -120,7 +120,7 @@ info() {
 
 tests() {
   # shellcheck disable=SC2086  # PYTEST_ARGS: extra pytest options, e.g. "-k 'not compile'"
-  run_timed tests "$(limit tests "${1:-$TESTS_S}")" "$PY" -m pytest tests/test_cuda.py -q -ra -p no:cacheprovider \
+  run_timed tests "$(limit tests "${1:-$TESTS_S}")" "$PY" -m pytest tests/kernels/test_cuda.py -q -ra -p no:cacheprovider \
     --durations=10 ${PYTEST_ARGS:-}
 }
 
@@ -129,7 +129,7 @@ memcheck() {
   # without torch's caching allocator: a cached block hides an overrun inside it
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 HYPOTHESIS_PROFILE=sanitizer run_timed memcheck "$(limit memcheck "${1:-$MEMCHECK_S}")" \
     compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
-    "$PY" -m pytest tests/test_cuda.py -q -p no:cacheprovider -k "$MEMCHECK_TESTS"
+    "$PY" -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider -k "$MEMCHECK_TESTS"
 }
 
 bench() {  # the quick benchmark (2^22 elements)
@@ -189,15 +189,15 @@ for stage in "${stages[@]}"; do
     # store_identity in device_primitives.cuh); synccheck: barriers and shuffles of the block kernel.
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
       PYTORCH_NO_CUDA_MEMORY_CACHING=1 HYPOTHESIS_PROFILE=sanitizer run_timed "sanitizer-$tool" "${SAN_TIMEOUT:-280}" \
-        compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all "$PY" -m pytest tests/test_cuda.py \
+        compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all "$PY" -m pytest tests/kernels/test_cuda.py \
         -q -p no:cacheprovider -k "${SAN_TESTS:-not compile and not opcheck and not tag_wrap}"
     done ;;
   suite)
     # the packaging tests (recipe, environments) need rattler-build/py-rattler and run in CI; so does the
     # compile-only check of the CUDA build
     run_timed suite "${SUITE_TIMEOUT:-540}" "$PY" -m pytest tests -q -ra -p no:cacheprovider -n 8 --durations=10 \
-      --ignore tests/test_recipe.py --ignore tests/test_recipe_e2e.py --ignore tests/test_environments.py \
-      --ignore tests/test_cuda_build.py ;;
+      --ignore tests/packaging/test_recipe.py --ignore tests/packaging/test_recipe_e2e.py \
+      --ignore tests/packaging/test_environments.py --ignore tests/packaging/test_cuda_build.py ;;
   bench) bench ;;
   benchfull)
     # shellcheck disable=SC2086  # BENCH_ARGS: extra options, e.g. "--ops sum softmax --reps 10"

@@ -19,10 +19,10 @@ in every torch from 2.10 to 2.14.
    hypothesis and numpy into the kept cache folder (conda_tools.cache_dir()/wheels/torch-cu128|cu130;
    pip's find-links and config are ignored, see tools/torch_wheels.py), makes a fresh venv, installs
    them from that folder only (--no-index), installs the cpu wheel with --no-deps, and runs the op suite
-   (tests/test_ops*.py, test_autograd.py, test_compile.py, test_errors.py, test_torch_errors.py) against it. Then it points
+   (tests/api/test_ops*.py, test_autograd.py, test_compile.py, test_errors.py, test_torch_errors.py) against it. Then it points
    torch_segops at the cuda130 library (TORCH_SEGOPS_LIBRARY): in a cu130 torch it must load, say
    variant cuda / CUDA 13.0, and compute segment_sum/softmax on CPU tensors right (with --cuda130-tests
-   the whole tests/test_ops.py runs again with it); in the cu128
+   the whole tests/api/test_ops.py runs again with it); in the cu128
    torch (2.10) the doctor must flag it (exit 1, a CUDA-major finding). The venv is removed afterwards
    (--keep-venvs keeps them).
 A progress line per torch version; the result as JSON (--json) and markdown (--markdown). Not run in CI.
@@ -53,7 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 VERSIONS = ["2.10.0", "2.11.0", "2.12.0", "2.13.0", "2.14.0"]
 TEST_EXTRAS = ["pytest", "hypothesis", "numpy"]
 CUDA_ARCHS = "75-real;90-real"
-SUITE_EXTRA = ["tests/test_autograd.py", "tests/test_compile.py", "tests/test_errors.py", "tests/test_torch_errors.py"]
+SUITE_EXTRA = ["tests/api/test_autograd.py", "tests/api/test_compile.py", "tests/api/test_errors.py",
+               "tests/api/test_torch_errors.py"]
 
 
 def log(msg: str) -> None:
@@ -64,7 +65,7 @@ run = tw.run_checked
 
 
 def suite() -> list[str]:
-    ops = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_ops*.py"))
+    ops = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests" / "api").glob("test_ops*.py"))
     return ops + [t for t in SUITE_EXTRA if (REPO / t).exists()]
 
 
@@ -240,7 +241,7 @@ def markdown(meta: dict, results: list[dict]) -> str:
     out += [f"- {k}: {v}" for k, v in meta.items()]
     out += ["", "cpu wheel = the one wheel built above, installed with `--no-deps`; suite = "
             f"{', '.join('`' + s + '`' for s in meta['suite'])}. cuda130 = the one CUDA 13.0 library (via "
-            "`TORCH_SEGOPS_LIBRARY`): in a cu130 torch it must load, say variant cuda / CUDA 13.0, and pass `tests/test_ops.py` (CPU tensors; "
+            "`TORCH_SEGOPS_LIBRARY`): in a cu130 torch it must load, say variant cuda / CUDA 13.0, and pass `tests/api/test_ops.py` (CPU tensors; "
             "no GPU here; with --cuda130-tests) or at least compute segment_sum/softmax on CPU tensors right, in the "
             "cu128 torch the doctor must flag it.", "",
             "| torch | torch CUDA | cpu wheel: passed | failed | skipped | tests s | cuda130 library | verdict |",
@@ -282,7 +283,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cuda-archs", default=CUDA_ARCHS, help="of the cuda130 library ('' to skip it)")
     ap.add_argument("--keep-venvs", action="store_true")
     ap.add_argument("--cuda130-tests", action="store_true",
-                    help="also run tests/test_ops.py with the cuda130 library in each cu130 torch (default: a probe)")
+                    help="also run tests/api/test_ops.py with the cuda130 library in each cu130 torch (default: a probe)")
     ap.add_argument("--report", nargs="*", metavar="VERSION",
                     help="no builds or runs: render --markdown/--json from the results kept in WORK/results")
     ap.add_argument("--json", type=Path)

@@ -1,8 +1,8 @@
 """PyPI torch wheels as build inputs: download one (without its dependencies) into the kept cache
 folder, and unpack only what a build needs (headers, libtorch_cpu, libc10, version.py).
 
-Used by tests/test_torch_headers.py (CI compiles against the oldest supported torch's headers),
-tests/test_aarch64.py (the linux-aarch64 cross build) and tools/torch_matrix.py. The cache folder is
+Used by tests/packaging/test_torch_headers.py (CI compiles against the oldest supported torch's headers),
+tests/packaging/test_aarch64.py (the linux-aarch64 cross build) and tools/torch_matrix.py. The cache folder is
 conda_tools.cache_dir() (``~/.cache/torch-segops`` by default): wheels go to ``wheels/<flavor>/``, the
 unpacked trees to ``torch-trees/<wheel name>/torch``. Files already there are not downloaded again,
 and no index is asked when the wheel is already in the cache.

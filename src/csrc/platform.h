@@ -1,7 +1,7 @@
 // The platform seam: every compiler- or OS-specific construct of the sources, with each platform's side.
 // Compiler constructs are macros and inline functions here (nvcc includes this file); OS calls are
 // out of line, in platform.cpp, so that no OS header reaches the other sources.
-// tests/test_portability.py checks that the constructs it lists appear nowhere else.
+// tests/packaging/test_portability.py checks that the constructs it lists appear nowhere else.
 #pragma once
 
 #include <cstddef>

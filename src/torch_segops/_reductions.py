@@ -4,7 +4,7 @@ reduce into an ``out=`` tensor's values (its combine function), and its gradient
 _registrations.py and the public modules (``reduction_of``) read it; nothing else interprets a reduction's name. Adding a reduction: docs/design.md, "Adding a reduction".
 
 The public wrappers compile with ``torch.jit.script``, which reads no Python globals, so the functions they
-call (``reduction_of`` down to ``run_scatter_plan``) spell the table's facts as literals; tests/test_reductions.py
+call (``reduction_of`` down to ``run_scatter_plan``) spell the table's facts as literals; tests/kernels/test_reductions.py
 checks each of them against ``REDUCTIONS``, and ``REDUCTIONS`` against the C++ list.
 """
 
@@ -198,7 +198,7 @@ REDUCTIONS: Dict[str, Reduction] = {r.name: r for r in (
 )}
 
 
-# ---- scriptable (literals; tests/test_reductions.py checks them against REDUCTIONS) ----------------------
+# ---- scriptable (literals; tests/kernels/test_reductions.py checks them against REDUCTIONS) ----------------------
 
 
 def reduction_of(fn: str, reduce: str) -> str:

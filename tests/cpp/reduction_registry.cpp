@@ -1,6 +1,6 @@
 // The C++ reduction list (src/csrc/reductions.h), the reducer traits the kernels key on and the op names
 // (src/csrc/op_names.h): checked at compile time where they can be, at run time for the dispatch. Built and run by
-// tests/test_reductions.py.
+// tests/kernels/test_reductions.py.
 #include <cstdio>
 #include <stdexcept>
 #include <string>

@@ -5,7 +5,7 @@ the CPU kernels' chunk sizes; every dtype, 16-bit included; and the composites' 
 
 The draws are seeded: SEGOPS_DIFF_SEED (default 0) selects another stream of cases and SEGOPS_DIFF_CASES (default
 12) the number of cases per family, so a rerun with other seeds and shapes is one command:
-    SEGOPS_DIFF_SEED=7 SEGOPS_DIFF_CASES=200 pytest tests/test_differential.py
+    SEGOPS_DIFF_SEED=7 SEGOPS_DIFF_CASES=200 pytest tests/kernels/test_differential.py
 A failure names the function, the variant and the case. References and tolerances: tests/differential.py.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "torch_segops"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "torch_segops"
 
 
 def _modules() -> list[Path]:

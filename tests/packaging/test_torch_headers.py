@@ -19,7 +19,7 @@ mistake and only a GPU run found it), so CI also builds against torch 2.10's own
   libtorch_cpu (and links against the installed one).
 
 The installed torch (2.13 in CI, tools/bootstrap.sh) is built against by tools/bootstrap.sh (CPU) and
-tests/test_cuda_build.py (CUDA); the newest supported torch (tw.NEWEST, 2.14) is built against here too
+tests/packaging/test_cuda_build.py (CUDA); the newest supported torch (tw.NEWEST, 2.14) is built against here too
 (its wheel, like 2.10's, without dependencies), so an API removed or changed after 2.13 fails in CI.
 A failed download fails the test (it is not skipped): the check is part of CI.
 """
@@ -37,7 +37,7 @@ import pytest
 from tools import cuda_linkage, cuda_toolchain
 from tools import torch_wheels as tw
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 NVCC = cuda_toolchain.find_nvcc()
 _spec = importlib.util.find_spec("torch")

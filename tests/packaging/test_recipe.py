@@ -18,7 +18,7 @@ import yaml
 
 from tools import conda_tools as ct
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 ct.require_tools()
 import rattler  # noqa: E402
@@ -199,7 +199,7 @@ def test_tests_section(rendered):
         script = [t for t in tests if "script" in t][0]
         assert any("test_package.py" in line for line in script["script"])
         assert any("pytest" in line for line in script["script"])
-        assert "tests/test_ops*.py" in script["files"]["source"]
+        assert "tests/api/test_ops*.py" in script["files"]["source"]
         test_only = set(script["requirements"]["run"])
         assert {"pytest", "hypothesis"} <= test_only
         assert not test_only & {s.split()[0] for s in reqs(v, "run")}, "test-only tools must not be run deps"

@@ -22,7 +22,7 @@ import torch_segops as so
 
 ERRORS = (TypeError, ValueError, RuntimeError)
 _ops = torch.ops.torch_segops
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 
 
@@ -31,7 +31,7 @@ def run_capped(code: str, headroom_gb: float = 2.0) -> subprocess.CompletedProce
     ``headroom_gb`` past its size after the imports."""
     prelude = textwrap.dedent(f"""
         import re, resource, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
         import torch, torch_segops as so, reference as R
         vm = int(re.search(r"VmSize:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
         cap = vm + int({headroom_gb} * (1 << 30))

@@ -30,7 +30,7 @@ import torch_segops as so
 
 from benchmarks.memory_cases import CASES, NOT_OPS, OP_CASES, heap_in_use
 
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
 
 OP_CALLS = 100_000
 PUBLIC_CALLS = int(os.environ.get("TORCH_SEGOPS_LEAK_CALLS", "10000"))

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks import plots
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 needs_matplotlib = pytest.mark.skipif(not plots.have_matplotlib(), reason=(
     "matplotlib is not installed (optional, benchmarks only; tools/bootstrap.sh installs it): plots not drawn"))

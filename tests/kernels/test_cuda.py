@@ -10,7 +10,7 @@ Every reduction plan is forced explicitly (set_cuda_plans; docs/cuda.md) and che
 Dry run of this file's own logic without a GPU: TORCH_SEGOPS_CUDA_TESTS_DEVICE=cpu runs every test with
 "cuda" replaced by the CPU (so GPU-vs-CPU comparisons become CPU-vs-CPU) on 100x smaller large shapes. That
 only checks the test code (decorators, fixtures, helpers); it says nothing about CUDA kernels. Tests that need
-two distinct devices are skipped then. CI runs it (tests/test_test_files.py).
+two distinct devices are skipped then. CI runs it (tests/packaging/test_test_files.py).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CSRC = REPO / "src" / "csrc"
 SEAM = {"platform.h", "platform.cpp"}
 CLANG = "clang++"
@@ -176,7 +176,7 @@ def units() -> list[tuple[str, list[str]]]:
 
 
 def test_cpu_units_cover_the_library():
-    """Every C++ source of the library is checked (the CUDA ones need nvcc: tests/test_cuda_build.py)."""
+    """Every C++ source of the library is checked (the CUDA ones need nvcc: tests/packaging/test_cuda_build.py)."""
     srcs = library_sources()
     assert srcs and all(s.endswith(".cpp") for s in srcs), srcs
     assert "src/csrc/platform.cpp" in srcs

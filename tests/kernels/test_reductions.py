@@ -15,7 +15,7 @@ import torch
 import cpp_checks
 import torch_segops
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEADER = REPO / "src" / "csrc" / "reductions.h"
 ROW = re.compile(r'X\((\w+), "(\w+)", (\w+), (true|false), (true|false)\)')
 

@@ -6,7 +6,7 @@
   CUDA runtime, C/C++ runtime only), the shared cudart dependency and the build-info strings;
 - checks the CMake architecture selection (defaults from cmake/cuda_architectures.txt, CUDAARCHS,
   unsupported architectures) by configuring only;
-The kernels' host emulation under AddressSanitizer/UBSan is tests/test_cuda_emulation.py.
+The kernels' host emulation under AddressSanitizer/UBSan is tests/kernels/test_cuda_emulation.py.
 
 Skipped, with the reason shown by `pytest -ra`, when nvcc is absent.
 tools/check_cuda_build.py does the same build from the command line and also reports sizes and times.
@@ -25,7 +25,7 @@ import cpp_checks
 from tools import check_cuda_build, cuda_build, cuda_fatbin, cuda_linkage, cuda_old_archs, cuda_sizes, ptxas_resources
 from tools import cuda_toolchain as toolchain
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 NVCC = toolchain.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (no CUDA toolkit; set CUDACXX or CUDA_HOME): "

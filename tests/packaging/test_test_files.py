@@ -1,24 +1,26 @@
 """The test files themselves are sound where their tests cannot run.
 
-tests/test_cuda.py only runs on a GPU, which CI does not have: a broken decorator, fixture or helper there would
+tests/kernels/test_cuda.py only runs on a GPU, which CI does not have: a broken decorator, fixture or helper there would
 go unseen until the first GPU session (a @parametrize left on a helper once hid 161 GPU tests). So CI
 - collects every test file with no error;
 - rejects @pytest.mark.parametrize on a function that is not a test;
-- runs the bodies of tests/test_cuda.py on the CPU device with small shapes (its dry run,
+- runs the bodies of tests/kernels/test_cuda.py on the CPU device with small shapes (its dry run,
   TORCH_SEGOPS_CUDA_TESTS_DEVICE=cpu), and shows with a planted mistake that the dry run catches one.
 """
 
 from __future__ import annotations
 
 import ast
+import glob
 import os
 import re
 import shutil
 import subprocess
 import sys
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TESTS)
+TEST_FILES = sorted(glob.glob(os.path.join(TESTS, "**", "test_*.py"), recursive=True))  # every folder of tests/
 
 
 def _pytest(args: list[str], cwd: str = REPO, **env) -> subprocess.CompletedProcess:
@@ -32,7 +34,7 @@ def test_every_test_file_collects():
     assert cp.returncode == 0, out[-6000:]
     assert not re.search(r"^ERROR|errors? during collection|fixture '.*' not found", out, re.M), out[-6000:]
     collected = {line.split("::")[0] for line in cp.stdout.splitlines() if "::" in line}
-    files = {f"tests/{f}" for f in os.listdir(TESTS) if f.startswith("test_") and f.endswith(".py")}
+    files = {os.path.relpath(f, REPO) for f in TEST_FILES}
     assert files <= {os.path.relpath(os.path.join(REPO, c), REPO) for c in collected}, sorted(files - collected)
 
 
@@ -45,8 +47,8 @@ def _parametrized_helpers(path: str) -> list[str]:
 
 
 def test_no_parametrize_on_a_helper(tmp_path):
-    files = [os.path.join(TESTS, f) for f in sorted(os.listdir(TESTS)) if f.startswith("test_") and f.endswith(".py")]
-    files.append(os.path.join(REPO, "research", "gpu_model", "test_model.py"))  # run through tests/test_gpu_model.py
+    files = list(TEST_FILES)
+    files.append(os.path.join(REPO, "research", "gpu_model", "test_model.py"))  # run through tests/research/test_gpu_model.py
     found = {os.path.relpath(f, REPO): _parametrized_helpers(f) for f in files}
     assert not {f: h for f, h in found.items() if h}, found
     planted = tmp_path / "test_planted.py"
@@ -60,7 +62,7 @@ def _dry_run(test_dir: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_cuda_tests_dry_run_on_cpu():
-    cp = _dry_run(TESTS)
+    cp = _dry_run(os.path.join(TESTS, "kernels"))
     out = cp.stdout + cp.stderr
     assert cp.returncode == 0, out[-8000:]
     m = re.search(r"(\d+) passed(?:, (\d+) skipped)?", out)
@@ -75,7 +77,7 @@ def test_cuda_dry_run_catches_a_parametrize_on_a_helper(tmp_path):
     the helper above it) fails its dry run."""
     for f in ("conftest.py", "reference.py"):
         shutil.copy(os.path.join(TESTS, f), tmp_path / f)
-    with open(os.path.join(TESTS, "test_cuda.py")) as fh:
+    with open(os.path.join(TESTS, "kernels", "test_cuda.py")) as fh:
         src = fh.read()
     deco = '@pytest.mark.parametrize("dtype", R.FLOAT_DTYPES, ids=str)\n@pytest.mark.parametrize("name", list(REDUCES))\n'
     assert src.count(deco) == 1 and "def _cut_indptr" in src

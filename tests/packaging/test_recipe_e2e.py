@@ -24,7 +24,7 @@ import pytest
 
 from tools import conda_tools as ct
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 XDIST_SPLIT_BY = "built"  # the cpu and cuda130 packages are built by two workers at once (tests/conftest.py)
@@ -86,7 +86,7 @@ def test_recipe_tests_ran_during_build(built, request):
     assert f"torch {torch_version} | python 3.11" in log, "recipe/test_package.py did not report success"
     summary = re.findall(r"^info: (\d+ passed.*in [\d.]+s.*)$", log, re.M)
     assert summary and "failed" not in summary[-1] and "error" not in summary[-1], summary
-    report(request, f"{built['name']} recipe test suite (tests/test_ops*.py in the package's test env): {summary[-1]}")
+    report(request, f"{built['name']} recipe test suite (tests/api/test_ops*.py in the package's test env): {summary[-1]}")
 
 
 def test_package_metadata(built):

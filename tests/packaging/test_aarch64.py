@@ -27,7 +27,7 @@ import pytest
 
 from tools import torch_wheels as tw
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CROSS_CXX = "aarch64-linux-gnu-g++"
 EM_AARCH64, EM_X86_64 = 183, 62

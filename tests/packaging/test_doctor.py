@@ -24,7 +24,7 @@ import pytest
 
 from doctor_module import load_doctor, load_libfile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 D = load_doctor()

@@ -13,7 +13,7 @@ import pytest
 
 import torch_segops as so
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _isa_in_subprocess(env_value: str | None) -> str:
@@ -50,17 +50,17 @@ def test_avx2_is_picked_where_the_cpu_has_it():
 
 # The suites that exercise the kernels (the baseline set is the code aarch64 and x86-64 without AVX2 run): the CSR
 # ops, COO and scatter, gradients, determinism and the float64 differential.
-BASELINE_SUITES = ["test_ops.py", "test_coo.py", "test_scatter.py", "test_autograd.py", "test_determinism.py",
-                   "test_differential.py"]
+BASELINE_SUITES = ["api/test_ops.py", "api/test_coo.py", "api/test_scatter.py", "api/test_autograd.py",
+                   "kernels/test_determinism.py", "kernels/test_differential.py"]
 
 
-@pytest.mark.parametrize("suite", BASELINE_SUITES)
+@pytest.mark.parametrize("suite", BASELINE_SUITES, ids=os.path.basename)
 def test_suite_passes_on_the_baseline_kernels(suite):
     # fewer random examples than the first pass, which draws them on the default kernels
     env = dict(os.environ, TORCH_SEGOPS_CPU_ISA="baseline", HYPOTHESIS_PROFILE="second_pass", SEGOPS_DIFF_CASES="6")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", os.path.join(HERE, suite), "-x", "-q", "-p", "no:cacheprovider"],
-        env=env, capture_output=True, text=True, cwd=HERE)
+        [sys.executable, "-m", "pytest", os.path.join(TESTS, suite), "-x", "-q", "-p", "no:cacheprovider"],
+        env=env, capture_output=True, text=True, cwd=TESTS)
     tail = proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " passed" in proc.stdout and " failed" not in proc.stdout, tail

@@ -23,7 +23,7 @@ import torch
 import pyg_scenarios
 import torch_segops
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_pyg = pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None,
                                reason="torch_geometric is not installed (tools/bootstrap.sh installs torch-geometric==2.8.1)")
 
@@ -137,7 +137,7 @@ def pyg_results(tmp_path_factory):
     if importlib.util.find_spec("torch_geometric") is None:
         pytest.skip("torch_geometric is not installed (tools/bootstrap.sh installs torch-geometric==2.8.1)")
     path = tmp_path_factory.mktemp("pyg") / "results.pt"
-    cp = subprocess.run([sys.executable, os.path.join(HERE, "pyg_scenarios.py"), str(path)], capture_output=True,
+    cp = subprocess.run([sys.executable, os.path.join(TESTS, "pyg_scenarios.py"), str(path)], capture_output=True,
                         text=True, timeout=600)
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-6000:]
     return torch.load(path, weights_only=False)

@@ -25,7 +25,7 @@ from tools import cuda_old_archs, cuda_toolchain
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is needed to read environments/*.yml and data/compat.yaml")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV_DIR = ROOT / "environments"
 COMPAT = ROOT / "data" / "compat.yaml"
 CBC = ROOT / "conda_build_config.yaml"
