@@ -1,4 +1,4 @@
-"""The reduction registry: the C++ list (src/csrc/reductions.h), the Python table (_reductions.REDUCTIONS), the
+"""The reduction registry: the C++ list (src/csrc/reduction_table.h), the Python table (_reductions.REDUCTIONS), the
 scriptable functions that spell the table as literals, and the registered ops all say the same; the dispatch
 and the reducer traits of the C++ side run under ASan/UBSan (tests/cpp/reduction_registry.cpp); and no module
 but _reductions.py interprets a reduction's name."""
@@ -16,7 +16,7 @@ import cpp_checks
 import torch_segops
 
 REPO = Path(__file__).resolve().parents[1]
-HEADER = REPO / "src" / "csrc" / "reductions.h"
+HEADER = REPO / "src" / "csrc" / "reduction_table.h"
 ROW = re.compile(r'X\((\w+), "(\w+)", (\w+), (true|false), (true|false)\)')
 
 
@@ -77,7 +77,7 @@ def test_reduce_names_select_their_reduction(reductions):
 @pytest.mark.parametrize("name", NAMES)
 def test_scriptable_functions_agree_with_the_table(reductions, name):
     r = reductions.REDUCTIONS[name]
-    assert reductions.has_arg(name) == r.has_arg
+    assert reduction_table.has_arg(name) == r.has_arg
     assert reductions.sums_integers_then_divides(name) == (r.integers == "sum_then_divide")
     assert reductions.combines_sums(name) == (r.integers == "sum_then_divide" and r.combine is not None)
     assert reductions.multiplies(name) == (name == "mul")

@@ -121,14 +121,15 @@ SOURCES = [*(f"src/csrc/cuda/{f}.cuh" for f in ("device_primitives", "indptr_err
                                                 "short_kernels", "block_kernels", "expand_kernels", "drivers",
                                                 "cuda_call", "call_errors")),
            "src/csrc/cuda_plans.h", "src/csrc/index_math.h", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
-           "src/csrc/reducers.h", "src/csrc/reductions.h", "research/gpu_model/trace_kernels.cpp",
+           "src/csrc/reduction_policies.h", "src/csrc/reduction_table.h", "research/gpu_model/trace_kernels.cpp",
            "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
 
 
 TRACER_FILES = ["research/gpu_model/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 KERNEL_SOURCES = [f for f in SOURCES if f not in TRACER_FILES]  # what the saved ptxas resources depend on
-POLICIES, TABLE = "src/csrc/reducers.h", "src/csrc/reductions.h"  # the reducer policies, the registry's rows
+# the reducer policies, the registry's rows
+POLICIES, TABLE = "src/csrc/reduction_policies.h", "src/csrc/reduction_table.h"
 # The kernels measured on the H100 (benchmarks/results/cuda-h100-2026-11-23.md ran commit 0533d0f): commit
 # 6bf4532 holds the same kernels plus the trace hooks. --calibrate traces them with this tree's tracer.
 CALIBRATION_COMMIT = "6bf4532"

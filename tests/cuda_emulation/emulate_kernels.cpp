@@ -37,7 +37,7 @@
 #include "cuda/coo_kernels.cuh"
 #include "cuda/drivers.cuh"
 #include "cuda/error_messages.h"
-#include "reductions.h"
+#include "reduction_table.h"
 #include "block_emulation.h"
 
 using namespace torch_segops;
@@ -402,7 +402,7 @@ template <typename A> constexpr bool kIsProduct<ProdOp<A>> = true;
 // ---- the reference of each reduction, with the CPU kernels' rules for NaN and infinities ---------------------
 // Reference<Op>::check(xs, rows, count, N, got, arg, why): xs the segment's values (in long double, in row
 // order; rows their positions), got / arg the kernel's result; false with the reason when they disagree. One
-// rule per reducer of the registry (reductions.h): a reduction without one does not compile here.
+// rule per reducer of the registry (reduction_table.h): a reduction without one does not compile here.
 
 template <typename T> long double max_finite() { return static_cast<long double>(std::numeric_limits<acc_t<T>>::max()); }
 template <> long double max_finite<Half>() { return 65504.0L; }
@@ -638,7 +638,7 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool i
   }
 }
 
-// Every reduction of the registry (reductions.h) that takes T.
+// Every reduction of the registry (reduction_table.h) that takes T.
 template <typename T>
 void run_reduce_all(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   using A = acc_t<T>;
