@@ -77,7 +77,7 @@ def test_reduce_names_select_their_reduction(reductions):
 @pytest.mark.parametrize("name", NAMES)
 def test_scriptable_functions_agree_with_the_table(reductions, name):
     r = reductions.REDUCTIONS[name]
-    assert reduction_table.has_arg(name) == r.has_arg
+    assert reductions.has_arg(name) == r.has_arg
     assert reductions.sums_integers_then_divides(name) == (r.integers == "sum_then_divide")
     assert reductions.combines_sums(name) == (r.integers == "sum_then_divide" and r.combine is not None)
     assert reductions.multiplies(name) == (name == "mul")
