@@ -202,7 +202,9 @@ def _literal_lists(text: str) -> list[set[str]]:
     of their calls (a tuple of rows, Reduction("sum", ...))."""
     def first(e):
         return e.args[0] if isinstance(e, ast.Call) and e.args else e
-    return [{first(e).value for e in node.elts if isinstance(first(e), ast.Constant) and isinstance(first(e).value, str)}
+    def string(e):
+        return isinstance(first(e), ast.Constant) and isinstance(first(e).value, str)
+    return [{first(e).value for e in node.elts if string(e)}
             for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.Tuple, ast.List, ast.Set))]
 
 
