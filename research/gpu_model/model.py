@@ -121,22 +121,24 @@ SOURCES = [*(f"src/csrc/cuda/{f}.cuh" for f in ("device_primitives", "indptr_err
                                                 "short_kernels", "block_kernels", "expand_kernels", "drivers",
                                                 "cuda_call", "call_errors")),
            "src/csrc/cuda_plans.h", "src/csrc/index_math.h", "src/csrc/cuda/segment_cuda.cu", "src/csrc/merge_path.h",
-           "src/csrc/reducers.h", "src/csrc/reductions.h", "research/gpu_model/trace_kernels.cpp",
+           "src/csrc/reduction_policies.h", "src/csrc/reduction_table.h", "research/gpu_model/trace_kernels.cpp",
            "tests/cuda_emulation/block_emulation.h"]
 ELEMS = 1 << 26
 
 
 TRACER_FILES = ["research/gpu_model/trace_kernels.cpp", "tests/cuda_emulation/block_emulation.h"]
 KERNEL_SOURCES = [f for f in SOURCES if f not in TRACER_FILES]  # what the saved ptxas resources depend on
+# the reducer policies, the registry's rows
+POLICIES, TABLE = "src/csrc/reduction_policies.h", "src/csrc/reduction_table.h"
 # The kernels measured on the H100 (benchmarks/results/cuda-h100-2026-11-23.md ran commit 0533d0f): commit
 # 6bf4532 holds the same kernels plus the trace hooks. --calibrate traces them with this tree's tracer.
 CALIBRATION_COMMIT = "6bf4532"
 
 
 def source_hash(files=SOURCES, root: str = REPO) -> str:
-    """A hash of these files under root. One that root lacks counts as missing: the calibration commit's tree
-    (--calibrate, materialise) has its kernels in cuda/segment_kernels.cuh, from before src/csrc/cuda/ was split
-    into the files SOURCES names."""
+    """A hash of these files under root (the tracer's cache key: any change rebuilds it). One that root lacks counts
+    as missing: the calibration commit's tree (--calibrate, materialise) has its kernels in
+    cuda/segment_kernels.cuh, from before src/csrc/cuda/ was split into the files SOURCES names."""
     h = hashlib.sha256()
     for f in files:
         path = os.path.join(root, f)
@@ -146,6 +148,88 @@ def source_hash(files=SOURCES, root: str = REPO) -> str:
         with open(path, "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()[:16]
+
+
+# ---- what the saved ptxas resources depend on -------------------------------------------------------------------
+# The code of KERNEL_SOURCES, keyed so that a new reduction needs no new resources to keep the others' valid:
+# "source_hash" hashes the code every kernel shares (comments, `#include "..."` lines and spacing left out, so a
+# renamed header or an edited comment changes nothing; the table's rows left out: a row adds kernels, it changes
+# none), "reducer_hashes" each reducer policy of POLICIES (with the policies it names). A saved kernel is current
+# when the shared hash and the hashes of the reducers its functor names are; one without saved resources is "not
+# measured" (the model says so); a stale one is never used.
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def code_of(text: str) -> str:
+    """C++ source as the compiler sees its tokens: comments, project includes and spacing dropped."""
+    text = re.sub(r'"(?:\\.|[^"\\\n])*"|//[^\n]*|/\*.*?\*/',
+                  lambda m: m.group(0) if m.group(0).startswith('"') else " ", text, flags=re.S)
+    text = re.sub(r'^\s*#\s*include\s*"[^"]*"', "", text, flags=re.M)
+    return " ".join(text.split())
+
+
+def table_code(text: str) -> str:
+    """The table's code without the rows of SEGOPS_REDUCTIONS."""
+    return re.sub(r"^\s*X\([^()]*\)\s*\\?\s*$", "", text, flags=re.M)
+
+
+# a reducer policy: `template <...> struct NameOp ... };` or `template <...> using NameOp = ...;` at the top level
+POLICY_BLOCK = r"^template <[^>]*> (?:struct (\w+Op)\b.*?^\};|using (\w+Op) = [^;]*;)"
+
+
+def policy_blocks(text: str) -> tuple[str, dict]:
+    """(the policies file without its reducers, {reducer name: its code})."""
+    blocks = {}
+
+    def take(m):
+        blocks[m.group(1) or m.group(2)] = code_of(m.group(0))
+        return ""
+    rest = re.sub(POLICY_BLOCK, take, text, flags=re.S | re.M)
+    return rest, blocks
+
+
+def kernel_hashes(root: str = REPO) -> dict:
+    """{"source_hash": the shared code's hash, "reducer_hashes": {reducer: hash}} of root's KERNEL_SOURCES."""
+    shared, reducers = [], {}
+    for f in KERNEL_SOURCES:
+        with open(os.path.join(root, f)) as fh:
+            text = fh.read()
+        if f == POLICIES:
+            text, reducers = policy_blocks(text)
+        elif f == TABLE:
+            text = table_code(text)
+        shared.append(code_of(text))
+
+    def closure(name, seen):
+        seen.add(name)
+        for other in reducers:
+            if other not in seen and re.search(rf"\b{other}\b", reducers[name]):
+                closure(other, seen)
+        return seen
+    return {"source_hash": _hash("\n".join(shared)),
+            "reducer_hashes": {n: _hash("\n".join(reducers[m] for m in sorted(closure(n, set()))))
+                               for n in reducers}}
+
+
+def reducers_of(kernel: str) -> set:
+    """The reducer policies a kernel's functor names (torch_segops::SumOp<float>, ...)."""
+    return set(re.findall(r"\b(\w+Op)<", kernel))
+
+
+def stale_kernels(saved: dict, now: dict) -> list:
+    """The saved kernels whose code changed since their resources were measured."""
+    if saved.get("source_hash") != now["source_hash"]:
+        return sorted(saved["kernels"])
+    was, cur = saved.get("reducer_hashes", {}), now["reducer_hashes"]
+    return sorted(k for k in saved["kernels"] if any(was.get(r) != cur.get(r) for r in reducers_of(k)))
+
+
+def unmeasured_reducers(saved: dict, now: dict) -> list:
+    """The reducers of the sources with no saved resources (a reduction added since): the model says "not
+    measured" for their kernels."""
+    return sorted(set(now["reducer_hashes"]) - set(saved.get("reducer_hashes", {})))
 
 
 def cache_dir() -> str:
@@ -321,22 +405,23 @@ def parse_sass(text: str) -> dict:
 
 
 def resources(refresh: bool = False, root: str = REPO) -> dict:
-    """Kernel resources for the current sources: the committed file when its source hash matches, else a fresh
-    sm_90 compile (needs nvcc), else the committed file with a warning. A materialised root (--calibrate):
-    the file committed with its kernels."""
+    """Kernel resources for the current sources: the committed file when none of its kernels is stale
+    (stale_kernels), else a fresh sm_90 compile (needs nvcc), else the committed file less its stale
+    kernels. A materialised root (--calibrate): the file committed with its kernels."""
     if root != REPO:
         path = CALIBRATION_RESOURCES
         if not os.path.exists(path):
             path = os.path.join(root, os.path.relpath(RESOURCES, REPO))
         with open(path) as fh:
             return json.load(fh)["kernels"]
-    want = source_hash(KERNEL_SOURCES)
+    now = kernel_hashes()
     saved = None
     if os.path.exists(RESOURCES):
         with open(RESOURCES) as fh:
             saved = json.load(fh)
-        if saved.get("source_hash") == want and not refresh:
-            return saved["kernels"]
+        if not refresh and not stale_kernels(saved, now):
+            return saved["kernels"]  # a reducer added since has no kernels here: "not measured"
+    want = _hash(json.dumps(now, sort_keys=True))
     cached = os.path.join(cache_dir(), f"resources-{want}.json")
     if os.path.exists(cached) and not refresh:
         with open(cached) as fh:
@@ -346,10 +431,11 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
     if nvcc is None:
         if saved is None:
             raise RuntimeError("no nvcc and no saved kernel resources: cannot compute occupancy")
-        print("warning: kernel sources changed and nvcc is absent: occupancy from the saved resources",
+        stale = set(stale_kernels(saved, now))
+        print(f"warning: the code of {len(stale)} saved kernels changed and nvcc is absent: they are not measured",
               file=sys.stderr)
-        return saved["kernels"]
-    data = {"source_hash": want, "arch": "sm_90", "kernels": compile_resources(nvcc)}
+        return {k: r for k, r in saved["kernels"].items() if k not in stale}
+    data = {**now, "arch": "sm_90", "kernels": compile_resources(nvcc)}
     for path in (cached, RESOURCES):  # the repository copy serves machines without nvcc
         with open(path, "w") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)
@@ -413,7 +499,9 @@ def launch_terms(l: dict, res: dict) -> dict:
     # the GPU takes at least one warp's chain
     waves = whole_waves(l["threads"], warps_sm)
     sh_wf, sh_ideal = l.get("shared_wavefronts", 0.0), l.get("shared_ideal", 0.0)
-    return dict(kernel=l["kernel"], regs=regs, warps_sm=warps_sm, dram=dram, waves=waves,
+    # measured: the kernel has saved resources (without, 64 registers and no shared memory are assumed and the
+    # case is reported "not measured")
+    return dict(kernel=l["kernel"], measured=r is not None, regs=regs, warps_sm=warps_sm, dram=dram, waves=waves,
                 stack=r.get("stack", 0) if r else 0, spill=(r.get("spill_st", 0) + r.get("spill_ld", 0)) if r else 0,
                 t_dram=dram / COPY_BW,
                 t_l2=(l["l1_miss"][c] + l["st_sector"] / 32) * 32 * scale / L2_BW,
@@ -683,6 +771,10 @@ def main(argv=None) -> int:
         bound = max(TERMS, key=lambda k: main_k["t_" + k])
         srt = m["segment_reduce"] if m else None
         eff = sum(p["ld_eff"] * p["dram"] for p in parts if p["ld_eff"]) / max(1, sum(p["dram"] for p in parts if p["ld_eff"]))
+        unmeasured = sorted({short_kernel(p["kernel"]) for p in parts if not p["measured"]})
+        if unmeasured:
+            print(f"{op} {dt} {d} F={f}: not measured (no saved resources for {', '.join(unmeasured)})")
+            continue
         row = [d, str(f), dt, op, fmt_t(t), f"{100 * nb / t / COPY_BW:.0f}%",
                fmt_t(m["t"]) if m else "-", f"{m['pct']:.0f}%" if m else "-",
                f"{100 * (t / m['t'] - 1):+.0f}%" if m else "-",

@@ -173,12 +173,72 @@ ptxas info    : Function properties for _Z6helperv
 
 
 def test_saved_resources_are_those_of_the_kernels():
-    """The committed ptxas resources (used where nvcc is absent) belong to the kernel sources as they are."""
+    """The committed ptxas resources (used where nvcc is absent) belong to the kernel sources as they are: no saved
+    kernel is stale. A reducer added since has none (the model reports its kernels "not measured")."""
     with open(gpu_model.RESOURCES) as fh:
         saved = json.load(fh)
-    assert saved["source_hash"] == gpu_model.source_hash(gpu_model.KERNEL_SOURCES), (
-        "the kernels changed: run `python research/gpu_model/model.py --refresh-resources` and commit "
-        + os.path.relpath(gpu_model.RESOURCES, gpu_model.REPO))
+    stale = gpu_model.stale_kernels(saved, gpu_model.kernel_hashes())
+    assert not stale, (
+        f"{len(stale)} kernels changed (e.g. {stale[0]}): run `python research/gpu_model/model.py "
+        "--refresh-resources` and commit " + os.path.relpath(gpu_model.RESOURCES, gpu_model.REPO))
+
+
+def _sources_copy(tmp_path, edit=None):
+    """KERNEL_SOURCES under tmp_path; edit(path, text) -> text changes one file's text."""
+    for f in gpu_model.KERNEL_SOURCES:
+        with open(os.path.join(gpu_model.REPO, f)) as fh:
+            text = fh.read()
+        os.makedirs(os.path.dirname(tmp_path / f), exist_ok=True)
+        (tmp_path / f).write_text(edit(f, text) if edit else text)
+    return gpu_model.kernel_hashes(str(tmp_path))
+
+
+def test_kernel_hashes_see_code_not_names_or_rows(tmp_path):
+    """Which saved kernels a change makes stale: a comment or a renamed header none; a new reduction (its policy and
+    its row) none, its kernels "not measured"; a reducer's code its kernels (and those of reducers built on it);
+    shared kernel code all of them."""
+    now = gpu_model.kernel_hashes()
+    saved = {**now, "kernels": {"ReduceFlat<torch_segops::SumOp<float>,float,1>": {},
+                                "ReduceFlat<torch_segops::MeanOp<float>,float,1>": {},
+                                "ReduceFlat<torch_segops::ArgExtremumOp<float,true>,float,1>": {},
+                                "Expand<torch_segops::cuda::GatherFn<float>,1>": {}}}
+    policies, table = os.path.basename(gpu_model.POLICIES), os.path.basename(gpu_model.TABLE)
+
+    def renamed(f, text):
+        text = text.replace(f'#include "{policies}"', '#include "renamed_policies.h"')
+        return text.replace("namespace torch_segops {", "// a comment that names no kernel\nnamespace torch_segops {")
+    assert _sources_copy(tmp_path / "renamed", renamed) == now
+
+    def added(f, text):
+        if f == gpu_model.POLICIES:
+            text = text.replace("template <typename A> struct LogSumExpOp",
+                                "template <typename A> struct NewOp : SumOp<A> {\n};\n\ntemplate <typename A> struct LogSumExpOp")
+        if f == gpu_model.TABLE:
+            text = text.replace("  X(Sum,", '  X(New, "new", NewOp, false, true)                     \\\n  X(Sum,')
+        return text
+    with_new = _sources_copy(tmp_path / "added", added)
+    assert with_new != now
+    assert gpu_model.stale_kernels(saved, with_new) == []
+    assert gpu_model.unmeasured_reducers(saved, with_new) == ["NewOp"]
+
+    def sum_changed(f, text):
+        return text.replace("s.v += x;", "s.v = s.v + x;") if f == gpu_model.POLICIES else text
+    assert gpu_model.stale_kernels(saved, _sources_copy(tmp_path / "sum", sum_changed)) == [
+        "ReduceFlat<torch_segops::MeanOp<float>,float,1>", "ReduceFlat<torch_segops::SumOp<float>,float,1>"]
+
+    def shared_changed(f, text):
+        return text.replace("namespace torch_segops {", "namespace torch_segops {\nint x;", 1) if f.endswith("drivers.cuh") else text
+    assert gpu_model.stale_kernels(saved, _sources_copy(tmp_path / "shared", shared_changed)) == sorted(saved["kernels"])
+
+
+def test_unmeasured_kernel_is_reported_not_guessed():
+    """A launch of a kernel without saved resources is marked unmeasured (main prints "not measured" for its case)."""
+    launch = {"kernel": "ReduceFlat<torch_segops::NewOp<float>,float,1>", "warps": 8, "sampled": 8, "threads": 256,
+              "read_sectors": 0, "written_sectors": 0, "l1_caps": [0], "rounds": [[0, 0, 0]], "max_chain": [[0, 0, 0]],
+              "simt_rounds": 0, "l1_miss": [0], "st_sector": 0, "ld_lines": 0, "st_lines": 0, "simt_inst": 0,
+              "ld_useful": 0, "ld_sector": 0, "st_useful": 0, "round_bytes": 0, "n_rounds": 0}
+    assert gpu_model.launch_terms(launch, {})["measured"] is False
+    assert gpu_model.launch_terms(launch, {launch["kernel"]: {"regs": 32, "smem": 0}})["measured"] is True
 
 
 def test_calibrate_traces_the_measured_kernels(tmp_path, monkeypatch):

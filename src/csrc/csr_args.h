@@ -16,7 +16,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
-#include "reductions.h"
+#include "reduction_table.h"
 #include "torch_errors.h"
 
 namespace torch_segops {

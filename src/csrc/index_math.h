@@ -1,4 +1,4 @@
-// Integer helpers shared by the CPU and CUDA kernels. Always inlined, like reducers.h's SEGOPS_HD
+// Integer helpers shared by the CPU and CUDA kernels. Always inlined, like reduction_policies.h's SEGOPS_HD
 // functions: cpu/kernels.cpp is compiled once per instruction set.
 #pragma once
 

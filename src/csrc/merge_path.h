@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "reducers.h"  // SEGOPS_HD
+#include "reduction_policies.h"  // SEGOPS_HD
 
 // The CUDA host tracer (research/gpu_model/model.py) counts the search's reads; nothing elsewhere.
 #ifndef SEGOPS_TRACE_INDEX

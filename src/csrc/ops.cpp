@@ -1,11 +1,11 @@
 // The op schemas of torch_segops, in one place. Kernels are registered per backend in cpu/ and cuda/.
 #include <torch/csrc/stable/library.h>
 
-#include "reductions.h"
+#include "reduction_table.h"
 
 STABLE_TORCH_LIBRARY(torch_segops, m) {
-  // One op per reduction (reductions.h): segment_sum, segment_mean, segment_logsumexp, segment_mul (src, indptr) ->
-  // Tensor; segment_min, segment_max (src, indptr) -> (Tensor, Tensor), the second output the
+  // One op per reduction (reduction_table.h): segment_sum, segment_mean, segment_logsumexp, segment_mul
+  // (src, indptr) -> Tensor; segment_min, segment_max (src, indptr) -> (Tensor, Tensor), the second output the
   // argmin/argmax (absolute positions along dim, src.size(dim) for empty segments). Their out= forms
   // segment_<name>_out write into the caller's contiguous tensors (out= of the Python API, when no
   // gradient is recorded): (src, indptr, out) and, for min/max, (src, indptr, out, arg).

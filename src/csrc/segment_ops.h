@@ -27,7 +27,7 @@
 
 #include "csr_args.h"
 #include "op_names.h"
-#include "reductions.h"
+#include "reduction_table.h"
 #include "torch_errors.h"
 
 namespace torch_segops {
@@ -54,7 +54,7 @@ struct SegmentOps {
     return {out, arg};
   }
 
-  // The ops of reduction R (reductions.h): segment_<name>, and segment_<name>_out in its two forms.
+  // The ops of reduction R (reduction_table.h): segment_<name>, and segment_<name>_out in its two forms.
   template <Reduce R>
   static std::conditional_t<Reduction<R>::kHasArg, std::tuple<Tensor, Tensor>, Tensor> segment(Tensor src,
                                                                                                  Tensor indptr) {

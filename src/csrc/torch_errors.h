@@ -186,7 +186,7 @@ struct guarded_call<R (*)(A...), Fn, Op> {
 template <auto Fn, const char* Op>
 using guarded = guarded_call<decltype(Fn), Fn, Op>;
 
-// The op names, as template arguments of `guarded` (the reducing ops' names: reductions.h).
+// The op names, as template arguments of `guarded` (the reducing ops' names: reduction_table.h).
 inline constexpr char kGatherCsr[] = "gather_csr";
 inline constexpr char kGatherCsrOut[] = "gather_csr_out";
 inline constexpr char kSegmentSoftmax[] = "segment_softmax";

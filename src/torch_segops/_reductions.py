@@ -1,4 +1,4 @@
-"""The reductions, in one table: the Python half of ``src/csrc/reductions.h``. For each one: the compiled ops
+"""The reductions, in one table: the Python half of ``src/csrc/reduction_table.h``. For each one: the compiled ops
 it runs, the ``reduce=`` names that select it, how integer ``src`` reduces, how the COO and scatter functions
 reduce into an ``out=`` tensor's values (its combine function), and its gradient. _segment.py (the core),
 _registrations.py and the public modules (``reduction_of``) read it; nothing else interprets a reduction's name. Adding a reduction: docs/design.md, "Adding a reduction".

@@ -21,7 +21,7 @@ _LIB = "torch_segops::"
 # first checks that every tensor is on one device, or it would return uninitialised memory.
 
 
-# One op per reduction (_reductions.py, src/csrc/reductions.h): segment_<name> and segment_<name>_out.
+# One op per reduction (_reductions.py, src/csrc/reduction_table.h): segment_<name> and segment_<name>_out.
 
 
 def _segment_reduce_fake(reduce: str):

@@ -1,4 +1,4 @@
-// The C++ reduction list (src/csrc/reductions.h), the reducer traits the kernels key on and the op names
+// The C++ reduction list (src/csrc/reduction_table.h), the reducer traits the kernels key on and the op names
 // (src/csrc/op_names.h): checked at compile time where they can be, at run time for the dispatch. Built and run by
 // tests/kernels/test_reductions.py.
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "op_names.h"
-#include "reductions.h"
+#include "reduction_table.h"
 
 using namespace torch_segops;
 

@@ -37,7 +37,7 @@
 #include "cuda/coo_kernels.cuh"
 #include "cuda/drivers.cuh"
 #include "cuda/error_messages.h"
-#include "reductions.h"
+#include "reduction_table.h"
 #include "block_emulation.h"
 
 using namespace torch_segops;
@@ -45,7 +45,7 @@ using namespace torch_segops::cuda;
 using Half = torch::headeronly::Half;
 using BF16 = torch::headeronly::BFloat16;
 
-static long g_checks = 0, g_failures = 0;
+static long g_checks = 0, g_failures = 0, g_reference_checks = 0;
 static std::string g_ctx;
 
 #define EXPECT(cond, ...)                                                   \
@@ -402,7 +402,7 @@ template <typename A> constexpr bool kIsProduct<ProdOp<A>> = true;
 // ---- the reference of each reduction, with the CPU kernels' rules for NaN and infinities ---------------------
 // Reference<Op>::check(xs, rows, count, N, got, arg, why): xs the segment's values (in long double, in row
 // order; rows their positions), got / arg the kernel's result; false with the reason when they disagree. One
-// rule per reducer of the registry (reductions.h): a reduction without one does not compile here.
+// rule per reducer of the registry (reduction_table.h): a reduction without one does not compile here.
 
 template <typename T> long double max_finite() { return static_cast<long double>(std::numeric_limits<acc_t<T>>::max()); }
 template <> long double max_finite<Half>() { return 65504.0L; }
@@ -429,7 +429,11 @@ template <typename T> bool matches(T got, long double r, bool exact, long double
   return std::fabs(g - r) <= tol;
 }
 
-template <class Op> struct Reference;  // a reduction of the registry with no rule here: add one
+template <class> constexpr bool kHasNoReference = true;
+template <class Op> struct Reference {  // a row of the registry whose reducer has no rule below
+  static_assert(!kHasNoReference<Op>, "emulate_kernels.cpp: add Reference<the row's reducer>: its CUDA kernels are "
+                                      "checked against it (docs/design.md, \"Adding a reduction\")");
+};
 
 template <typename A> struct Reference<SumOp<A>> {
   template <typename T> static bool check(const std::vector<long double>& xs, const std::vector<int64_t>&, int64_t count,
@@ -623,6 +627,7 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool i
             }
             const int64_t o = (b * pb.S + s) * pb.F + f;
             std::string why;
+            ++g_reference_checks;
             bad = !Reference<Op>::check(xs, rows, p[s + 1] - p[s], pb.N, out[o], Op::kHasArg ? arg[o] : 0, why);
             EXPECT(!bad, "out[%lld] = %g (arg %lld): %s", (long long)o, as_double(out[o]),
                    (long long)(Op::kHasArg ? arg[o] : 0), why.c_str());
@@ -638,14 +643,18 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool i
   }
 }
 
-// Every reduction of the registry (reductions.h) that takes T.
+// Every reduction of the registry (reduction_table.h) that takes T; g_row_checks counts each row's reference checks
+// (main prints them: tests/test_cuda_emulation.py holds them to the registry's rows).
+static long g_row_checks[sizeof(kReductions) / sizeof(kReductions[0])] = {};
 template <typename T>
 void run_reduce_all(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
   using A = acc_t<T>;
   for_each_reduce([&](auto r) {
     using Row = Reduction<decltype(r)::value>;
     if constexpr (Row::kIntegers || std::is_floating_point_v<A>) {
+      const long before = g_reference_checks;
       run_reduce_case<typename Row::template reducer<A>, T>(pb, tune, misalign, invalid);
+      g_row_checks[static_cast<int>(decltype(r)::value)] += g_reference_checks - before;
     }
   });
 }
@@ -1571,7 +1580,15 @@ int main(int argc, char** argv) {
   }
   auto part = [&](const char* name) { return only.empty() || only.find("," + std::string(name) + ",") != std::string::npos; };
   const Tunings ts = make_tunings();
-  if (part("kernels")) check_kernels(quick, shard, ts);
+  if (part("kernels")) {
+    check_kernels(quick, shard, ts);
+    std::printf("reference checks by reduction:");
+    for_each_reduce([](auto r) {
+      constexpr Reduce kRow = decltype(r)::value;
+      std::printf(" %s %ld", Reduction<kRow>::short_name, g_row_checks[static_cast<int>(kRow)]);
+    });
+    std::printf("\n");
+  }
   if (part("protocol")) check_error_protocol(ts);
   if (part("coo")) check_index_to_indptr();
   if (part("specials")) check_special_values(ts);

@@ -1,4 +1,4 @@
-"""The reduction registry: the C++ list (src/csrc/reductions.h), the Python table (_reductions.REDUCTIONS), the
+"""The reduction registry: the C++ list (src/csrc/reduction_table.h), the Python table (_reductions.REDUCTIONS), the
 scriptable functions that spell the table as literals, and the registered ops all say the same; the dispatch
 and the reducer traits of the C++ side run under ASan/UBSan (tests/cpp/reduction_registry.cpp); and no module
 but _reductions.py interprets a reduction's name."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import cpp_checks
 import torch_segops
 
 REPO = Path(__file__).resolve().parents[2]
-HEADER = REPO / "src" / "csrc" / "reductions.h"
+HEADER = REPO / "src" / "csrc" / "reduction_table.h"
 ROW = re.compile(r'X\((\w+), "(\w+)", (\w+), (true|false), (true|false)\)')
 
 
@@ -179,14 +180,63 @@ def test_cpp_registry_and_reducer_traits(tmp_path):
     assert "integer names: sum, mul, min, max" in out
 
 
-def test_adding_a_reduction_in_design_md_follows_the_code():
-    """docs/design.md's "Adding a reduction" names the files a new reduction touches, and the literal functions of
-    _reductions.py that need its branch: the files exist, and every function of _reductions.py that branches on a
-    reduction's name is named there."""
-    text = (REPO / "docs" / "design.md").read_text()
+def _section(text: str) -> tuple[list[str], list[str]]:
+    """docs/design.md's "Adding a reduction": (the files of its numbered list, the files it says list the
+    reductions by name)."""
     section = text[text.index("## Adding a reduction"):text.index("## Adding an op")]
-    paths = re.findall(r"`((?:src|research|tests)/[\w/.-]+\.\w+)`", section)
-    assert len(paths) >= 4 and all((REPO / p).exists() for p in paths), paths
+    path = r"`((?:src|research|tests|benchmarks)/[\w/.-]+\.\w+)`"
+    required = re.findall(rf"^\d+\. {path}", section, re.M)
+    listing = section[section.index("Files that list the reductions by name"):]
+    return required, re.findall(path, listing[:listing.index("\n\n")])
+
+
+def _row_words(rows) -> list[set[str]]:
+    """For each row the C++ names of its reducer: the policy's name and, for an alias (MinOp), the template it
+    names (ArgExtremumOp)."""
+    aliases = dict(re.findall(r"using (\w+) = (\w+)<", (REPO / "src" / "csrc" / "reduction_policies.h").read_text()))
+    return [{op, aliases.get(op, op)} for _, _, op, _, _ in rows]
+
+
+def _literal_lists(text: str) -> list[set[str]]:
+    """The string sets of a Python module's literal tuples, lists and sets: their strings and the first arguments
+    of their calls (a tuple of rows, Reduction("sum", ...))."""
+    def first(e):
+        return e.args[0] if isinstance(e, ast.Call) and e.args else e
+    def string(e):
+        return isinstance(first(e), ast.Constant) and isinstance(first(e).value, str)
+    return [{first(e).value for e in node.elts if string(e)}
+            for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.Tuple, ast.List, ast.Set))]
+
+
+def _names_every_row(path: str, text: str, rows) -> bool:
+    """Whether a file spells out every row: a Python literal collection holding every name, or C++ naming every
+    row's reducer as a template argument (Reference<SumOp<A>>) or where it defines it (the policies, the table)."""
+    if path.endswith(".py"):
+        names = {name for _, name, *_ in rows}
+        return any(names <= found for found in _literal_lists(text))
+    return all(any(re.search(rf"\b{w}<\w+(?:, ?\w+)?>\s*>|struct {w}\b|using {w} =|X\(\w+, \"\w+\", {w},", text)
+                   for w in words) for words in _row_words(rows))
+
+
+def test_adding_a_reduction_in_design_md_follows_the_code():
+    """docs/design.md's "Adding a reduction" lists the files a new reduction touches, from a count (a side branch
+    added a seventh). Held to the code: every numbered file spells out every row today (so a row added without
+    it is caught by the build or a test, and a file that stopped needing it is dropped from the list), and every
+    file of the repository with a hand-written list of all the rows is named there (numbered, or among the files
+    that list the reductions by name). The literal functions of _reductions.py that need its branch are named."""
+    rows = cpp_rows()
+    text = (REPO / "docs" / "design.md").read_text()
+    required, listing = _section(text)
+    section = text[text.index("## Adding a reduction"):text.index("## Adding an op")]
+    assert len(required) >= 2 and f"touches these {len(required)} files" in section, required
+    assert all((REPO / p).exists() for p in required + listing), required + listing
+    missing = [p for p in required if not _names_every_row(p, (REPO / p).read_text(), rows)]
+    assert not missing, f"numbered in design.md but no longer spelling out every row: {missing}"
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True, text=True, check=True)
+    hand_lists = [p for p in tracked.stdout.split() if re.search(r"\.(py|h|cpp|cu|cuh)$", p)
+                  and _names_every_row(p, (REPO / p).read_text(errors="replace"), rows)]
+    undocumented = sorted(set(hand_lists) - set(required) - set(listing))
+    assert not undocumented, f"files that list every reduction, not named in design.md's section: {undocumented}"
     tree = ast.parse((REPO / "src" / "torch_segops" / "_reductions.py").read_text())
 
     def branches_on_a_name(f):

@@ -34,7 +34,7 @@
 #include "cpu/segment_sums.h"
 #include "index_math.h"
 #include "merge_path.h"
-#include "reducers.h"
+#include "reduction_policies.h"
 
 namespace torch_segops {
 namespace cpu {

@@ -27,8 +27,8 @@
 #include "csr_args.h"
 #include "index_math.h"
 #include "merge_path.h"
-#include "reducers.h"
-#include "reductions.h"
+#include "reduction_policies.h"
+#include "reduction_table.h"
 #include "tensor_ptr.h"
 
 #ifndef SEGOPS_CPU_ISA

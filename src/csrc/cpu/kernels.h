@@ -7,7 +7,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "csr_args.h"
-#include "reductions.h"
+#include "reduction_table.h"
 #include "scatter_args.h"
 
 namespace torch_segops {

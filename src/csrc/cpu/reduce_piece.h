@@ -18,7 +18,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "reducers.h"
+#include "reduction_policies.h"
 #include "vec_math.h"
 
 #if defined(__AVX2__)

@@ -1,4 +1,4 @@
-// CPU entry points of the scatter ops (schemas in ops.cpp, one pair per reduction of reductions.h):
+// CPU entry points of the scatter ops (schemas in ops.cpp, one pair per reduction of reduction_table.h):
 // argument checks (scatter_args.h), the output size, the outputs, and the messages for a bad index or plan.
 // The kernels are cpu/scatter_kernels.cpp, for the instruction set of cpu/kernels.h.
 #include <cstdint>
@@ -20,7 +20,7 @@
 #include "csr_args.h"
 #include "index_args.h"
 #include "platform.h"
-#include "reductions.h"
+#include "reduction_table.h"
 #include "scatter_args.h"
 #include "tensor_ptr.h"
 #include "torch_errors.h"

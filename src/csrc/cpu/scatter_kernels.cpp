@@ -28,7 +28,7 @@
 #include "index_math.h"
 #include "merge_path.h"
 #include "platform.h"
-#include "reducers.h"
+#include "reduction_policies.h"
 #include "tensor_ptr.h"
 
 namespace torch_segops {

@@ -7,7 +7,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include "cpu/vec_math.h"  // SEGOPS_ISA_NAMESPACE_BEGIN
-#include "reductions.h"
+#include "reduction_table.h"
 #include "scatter_args.h"
 
 namespace torch_segops {

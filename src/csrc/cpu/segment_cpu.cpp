@@ -21,7 +21,7 @@
 #include "csr_args.h"
 #include "index_math.h"
 #include "platform.h"
-#include "reductions.h"
+#include "reduction_table.h"
 #include "segment_ops.h"
 
 namespace torch_segops {

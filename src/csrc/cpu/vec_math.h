@@ -9,7 +9,7 @@
 
 #include <torch/headeronly/util/BFloat16.h>
 
-#include "reducers.h"  // SEGOPS_HD
+#include "reduction_policies.h"  // SEGOPS_HD
 
 // Code that kernels.cpp compiles once per instruction set lives in an inline namespace named after the
 // set, so that no out-of-line copy of it is shared (and picked by the linker) across the sets.

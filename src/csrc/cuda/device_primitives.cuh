@@ -41,7 +41,7 @@ void segops_trace_step();
 #endif
 
 #include "index_math.h"
-#include "reducers.h"
+#include "reduction_policies.h"
 
 namespace torch_segops {
 namespace cuda {

@@ -12,7 +12,7 @@
 #include "cuda/device_primitives.cuh"
 #include "cuda/indptr_errors.cuh"
 #include "merge_path.h"
-#include "reducers.h"
+#include "reduction_policies.h"
 
 namespace torch_segops {
 namespace cuda {

@@ -16,7 +16,7 @@
 #include "cuda/indptr_errors.cuh"
 #include "cuda_plans.h"
 #include "merge_path.h"
-#include "reducers.h"
+#include "reduction_policies.h"
 
 namespace torch_segops {
 namespace cuda {

@@ -37,8 +37,8 @@
 #include "cuda/error_messages.h"
 #include "cuda_plans.h"
 #include "platform.h"
-#include "reducers.h"
-#include "reductions.h"
+#include "reduction_policies.h"
+#include "reduction_table.h"
 #include "segment_ops.h"
 #include "tensor_ptr.h"
 

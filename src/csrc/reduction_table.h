@@ -15,13 +15,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "reducers.h"
+#include "reduction_policies.h"
 
 namespace torch_segops {
 
 // X(Enum, name, Reducer, has_arg, integers)
 //   name      the ops' name after "segment_"
-//   Reducer   the policy template of reducers.h, instantiated with the accumulation type
+//   Reducer   the policy template of reduction_policies.h, instantiated with the accumulation type
 //   has_arg   the op also returns the argmin/argmax (the position of the value it keeps)
 //   integers  int32/int64 src reduce natively (mean of integers is the integer sum divided by the count,
 //             done by the Python layer: src/torch_segops/_reductions.py)
