@@ -42,6 +42,7 @@
 #define SEGOPS_EMU_ASAN 1
 #endif
 #ifdef SEGOPS_EMU_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -278,6 +279,10 @@ class BlockRunner {
         if (f.stack == nullptr) fail("out of memory for fiber stacks");
       }
     }
+#ifdef SEGOPS_EMU_ASAN
+    // a finished fiber never unwinds: its frames' redzones stay poisoned in the pooled stack
+    __asan_unpoison_memory_region(f.stack, kStack);
+#endif
 #if defined(__x86_64__)
     uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStack) & ~uintptr_t(15);
     void** sp = reinterpret_cast<void**>(top);
