@@ -96,6 +96,7 @@ struct Fiber {
 class BlockRunner {
  public:
   static constexpr size_t kStack = 256 * 1024;
+  static constexpr size_t kLeftFrames = 16 * 1024;  // more than a finished fiber's last frames take
   static constexpr int kSlotBytes = 64;
 
   int order = 0;  // 0 forward, 1 reverse, 2 shuffled
@@ -280,8 +281,9 @@ class BlockRunner {
       }
     }
 #ifdef SEGOPS_EMU_ASAN
-    // a finished fiber never unwinds: its frames' redzones stay poisoned in the pooled stack
-    __asan_unpoison_memory_region(f.stack, kStack);
+    // A finished fiber never unwinds: the frames it was still in (entry's, to_main's: at the top of its stack) keep
+    // their redzones poisoned for the next fiber on this stack.
+    __asan_unpoison_memory_region(f.stack + kStack - kLeftFrames, kLeftFrames);
 #endif
 #if defined(__x86_64__)
     uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStack) & ~uintptr_t(15);
