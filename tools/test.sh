@@ -5,8 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# the run's compiler cache (tools/compiler_cache.py), in the clone's ignored build folder (empty on a clean clone)
-export TORCH_SEGOPS_CCACHE_DIR=${TORCH_SEGOPS_CCACHE_DIR:-$PWD/build/ccache}
 bash tools/bootstrap.sh
 printf '\n==> running the test suite\n'
 workers=${PYTEST_WORKERS:-2}
