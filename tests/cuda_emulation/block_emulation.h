@@ -42,6 +42,7 @@
 #define SEGOPS_EMU_ASAN 1
 #endif
 #ifdef SEGOPS_EMU_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -95,6 +96,7 @@ struct Fiber {
 class BlockRunner {
  public:
   static constexpr size_t kStack = 256 * 1024;
+  static constexpr size_t kLeftFrames = 16 * 1024;  // more than a finished fiber's last frames take
   static constexpr int kSlotBytes = 64;
 
   int order = 0;  // 0 forward, 1 reverse, 2 shuffled
@@ -278,6 +280,11 @@ class BlockRunner {
         if (f.stack == nullptr) fail("out of memory for fiber stacks");
       }
     }
+#ifdef SEGOPS_EMU_ASAN
+    // A finished fiber never unwinds: the frames it was still in (entry's, to_main's: at the top of its stack) keep
+    // their redzones poisoned for the next fiber on this stack.
+    __asan_unpoison_memory_region(f.stack + kStack - kLeftFrames, kLeftFrames);
+#endif
 #if defined(__x86_64__)
     uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStack) & ~uintptr_t(15);
     void** sp = reinterpret_cast<void**>(top);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 import cpp_checks
 
 SOURCE = "tests/cuda_emulation/emulate_kernels.cpp"
+FIBER_CONTROL = os.path.join(cpp_checks.REPO, "tests", "cuda_emulation", "fiber_stack_control.cpp")
 FLAGS = ("-O0", "-DSEGOPS_EMU_QUICK", "-fno-strict-aliasing")
 KERNEL_SHARDS = 3
 # (arguments, the fewest checks that part runs): the kernels part in shards of its shapes
@@ -98,3 +100,19 @@ def test_block_emulation_rejects_broken_kernels(emulator, kind, reason):
     """The block emulation rejects kernels that break the barrier rules (each would hang or race on a GPU)."""
     bad = subprocess.run([emulator, "--bad-block", str(kind)], capture_output=True, text=True)
     assert bad.returncode != 0 and reason in bad.stdout + bad.stderr, (kind, bad.stdout + bad.stderr)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+@pytest.mark.xdist_group("emulation-controls")
+def test_reused_fiber_stacks_under_asan(tmp_path):
+    """A finished fiber never unwinds, so the pooled stack it leaves holds its frames' poisoned redzones; the next
+    fiber on it (an optimised build lays its frames elsewhere) got a false stack-buffer-overflow until start()
+    unpoisoned the stack. ASan still reports a real overflow on a fiber's stack. (A small program, -O1, seconds.)"""
+    exe = str(tmp_path / "fiber_stack_control")
+    cp = subprocess.run(["g++", "-std=c++17", "-O1", "-fsanitize=address", "-I", os.path.dirname(FIBER_CONTROL),
+                         FIBER_CONTROL, "-o", exe], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr[-5000:]
+    clean = subprocess.run([exe, "0"], capture_output=True, text=True)
+    assert clean.returncode == 0 and clean.stdout.strip() == "ok", clean.stderr[-5000:]
+    overflow = subprocess.run([exe, "8"], capture_output=True, text=True)
+    assert overflow.returncode != 0 and "AddressSanitizer: stack-buffer-overflow" in overflow.stderr, overflow.stderr[-5000:]

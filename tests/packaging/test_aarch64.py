@@ -4,7 +4,10 @@ The cross compiler is Debian's g++-aarch64-linux-gnu (tools/bootstrap.sh install
 test is skipped, with that reason, only where there is no apt-get; with apt-get and no compiler it fails). The torch
 is PyPI's torch==2.10.0 manylinux_2_28_aarch64 wheel (a +cpu build, ~140 MB, downloaded once without its
 dependencies into the kept cache folder by tools/torch_wheels.py; only include/, libtorch_cpu, libc10 and
-version.py are unpacked). The library is linked with -Wl,--no-undefined against that libtorch_cpu.
+version.py are unpacked). The library is linked with -Wl,--no-undefined against that libtorch_cpu. It is built
+unoptimised (-O0, as tests/test_torch_headers.py's builds: nothing here runs or inspects the generated code; every
+source, template instance and call is still compiled, so the torch symbols it needs and its NEEDED entries are
+those of the optimised build or more; docs/ci.md, "Compiling less").
 
 Checked: the result is an aarch64 ELF64 shared object; its NEEDED entries are libtorch_cpu and the C/C++
 runtime only (no CUDA, no x86 loader); the CPU kernels exist once, for the portable "baseline" path (GCC
@@ -59,7 +62,7 @@ def torch_tree():
 @pytest.fixture(scope="module")
 def built(torch_tree, tmp_path_factory):
     build_dir = tmp_path_factory.mktemp("aarch64")
-    lib, log, seconds = tw.build_library(build_dir, torch_tree, defines=cross_defines())
+    lib, log, seconds = tw.build_library(build_dir, torch_tree, defines=cross_defines(), optimize=False)
     print(f"cross-built for aarch64 in {seconds:.0f} s")
     return lib, log, build_dir
 
