@@ -16,17 +16,17 @@ step() { printf '\n==> %s\n' "$*"; }
 command -v c++ >/dev/null || { echo "error: no C++ compiler (c++) on PATH; install g++ >= 9" >&2; exit 1; }
 
 # nvidia-cuda-cuobjdump: cuobjdump alone (a 350 KB wheel, nvidia/cu13/bin/cuobjdump), which
-# tests/test_cuda_build.py uses to list the SASS/PTX of the CUDA build. PyPI has no 13.0 release (the
+# tests/packaging/test_cuda_build.py uses to list the SASS/PTX of the CUDA build. PyPI has no 13.0 release (the
 # oldest is 13.2.51); 13.2.86, the last 13.2, reads nvcc 13.0's compressed fatbins. Not put on PATH:
 # tools/check_cuda_build.py finds it in the wheel. nvidia-cuda-nvdisasm (the same folder): cuobjdump -sass needs
 # it, for the check that Partition's search is in the device code.
-# conda-souschef: the parser conda-forge's linter reads a v0 meta.yaml with (tests/test_recipe.py).
-# torch-geometric (pure Python; tests/test_pyg.py runs PyG through install_as_torch_scatter()): pinned, and in
+# conda-souschef: the parser conda-forge's linter reads a v0 meta.yaml with (tests/packaging/test_recipe.py).
+# torch-geometric (pure Python; tests/api/test_pyg.py runs PyG through install_as_torch_scatter()): pinned, and in
 # the same command as torch so pip resolves against the pinned torch. None of its requirements (aiohttp, fsspec,
 # jinja2, numpy, psutil, pyparsing, requests, tqdm, xxhash) depends on torch.
 # pytest-xdist: tools/test.sh runs the suite on two workers; filelock: the cache folder's locks (tools/conda_tools.py).
 # matplotlib: an optional dependency of the benchmarks alone (their --plot, benchmarks/plots.py); installed here so
-# that tests/test_benchmark_plots.py and tests/test_docs.py draw the plots in CI instead of skipping.
+# that tests/research/test_benchmark_plots.py and tests/packaging/test_docs.py draw the plots in CI instead of skipping.
 step "installing torch ($TORCH_SPEC) and the build/test tools"
 "$PY" -m pip install -q --disable-pip-version-check \
   "$TORCH_SPEC" "scikit-build-core>=0.10" "cmake>=3.24" ninja \
@@ -35,8 +35,8 @@ step "installing torch ($TORCH_SPEC) and the build/test tools"
   "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'" \
   "nvidia-cuda-nvdisasm==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
 
-# tests/test_aarch64.py cross-compiles the library for linux-aarch64 with Debian's cross compiler;
-# tests/test_portability.py compiles the CPU sources with Debian's clang and libc++ (Apple's toolchain is
+# tests/packaging/test_aarch64.py cross-compiles the library for linux-aarch64 with Debian's cross compiler;
+# tests/packaging/test_portability.py compiles the CPU sources with Debian's clang and libc++ (Apple's toolchain is
 # clang with libc++), for x86-64 and, with the cross compiler's headers, aarch64. Where apt-get exists they
 # are installed (a failure is an error); without apt-get those tests are skipped, saying why.
 apt_pkgs=()
@@ -51,7 +51,7 @@ if [ ${#apt_pkgs[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
   else
-    echo "note: no apt-get here: tests/test_aarch64.py and tests/test_portability.py will skip what needs ${apt_pkgs[*]}" >&2
+    echo "note: no apt-get here: tests/packaging/test_aarch64.py and tests/packaging/test_portability.py will skip what needs ${apt_pkgs[*]}" >&2
   fi
 fi
 

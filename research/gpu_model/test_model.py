@@ -1,5 +1,5 @@
 """The memory-access model's tracer (trace_kernels.cpp) and the fit helpers of model.py, on small inputs
-(no GPU needed). Collected with the test suite through tests/test_gpu_model.py."""
+(no GPU needed). Collected with the test suite through tests/research/test_gpu_model.py."""
 from __future__ import annotations
 
 import json

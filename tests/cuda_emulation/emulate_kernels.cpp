@@ -17,7 +17,7 @@
 //     including alignment of the vector loads) and is reported with the CPU's first bad position;
 //   - the error messages (error_messages.h): the CPU's indptr messages, and "no kernel image" naming the
 //     GPU's compute capability, the library's architectures and the fix.
-// Build and run: tests/test_cuda_build.py (g++ -std=c++17 -fsanitize=address,undefined ...).
+// Build and run: tests/packaging/test_cuda_build.py (g++ -std=c++17 -fsanitize=address,undefined ...).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -644,7 +644,7 @@ void run_reduce_case(const Problem& pb, const Tuning& tune, int misalign, bool i
 }
 
 // Every reduction of the registry (reduction_table.h) that takes T; g_row_checks counts each row's reference checks
-// (main prints them: tests/test_cuda_emulation.py holds them to the registry's rows).
+// (main prints them: tests/kernels/test_cuda_emulation.py holds them to the registry's rows).
 static long g_row_checks[sizeof(kReductions) / sizeof(kReductions[0])] = {};
 template <typename T>
 void run_reduce_all(const Problem& pb, const Tuning& tune, int misalign, bool invalid) {
@@ -854,7 +854,7 @@ bool has(const std::string& s, const char* part) { return s.find(part) != std::s
 
 void check_messages() {
   g_ctx = "indptr messages";
-  // the CPU backend's exact texts (tests/test_errors.py checks the CPU side)
+  // the CPU backend's exact texts (tests/api/test_errors.py checks the CPU side)
   EXPECT(indptr_error_message(kOpSegmentCsr, 2, 4, 1, 2, 4, 10) ==
              "torch_segops.segment_csr: indptr must be non-decreasing, got indptr[2] = 2 < indptr[1] = 4",
          "non-decreasing: %s", indptr_error_message(kOpSegmentCsr, 2, 4, 1, 2, 4, 10).c_str());
@@ -1256,7 +1256,7 @@ void run_index_case(const std::vector<int64_t>& xs, int64_t rows, int64_t n, int
 }
 
 void check_index_to_indptr() {
-  // the CPU's contract (tests/test_coo.py): an unsorted row gets the counts when check_sorted is false
+  // the CPU's contract (tests/api/test_coo.py): an unsorted row gets the counts when check_sorted is false
   run_index_case<int64_t>({3, 0, 2, 0}, 1, 4, 5, false, "contract [3, 0, 2, 0]");
   {
     HostExec ex;

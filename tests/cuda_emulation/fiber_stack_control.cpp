@@ -1,4 +1,4 @@
-// The block emulation's fiber stacks under AddressSanitizer, optimised (tests/test_cuda_emulation.py): runners
+// The block emulation's fiber stacks under AddressSanitizer, optimised (tests/kernels/test_cuda_emulation.py): runners
 // reuse pooled stacks on which finished fibers left their frames' redzones poisoned. `0`: nothing overflows, and
 // no stack-buffer-overflow may be reported; `8`: one thread reads past a stack array, which ASan must report.
 #include <cstdio>

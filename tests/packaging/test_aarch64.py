@@ -5,7 +5,7 @@ test is skipped, with that reason, only where there is no apt-get; with apt-get 
 is PyPI's torch==2.10.0 manylinux_2_28_aarch64 wheel (a +cpu build, ~140 MB, downloaded once without its
 dependencies into the kept cache folder by tools/torch_wheels.py; only include/, libtorch_cpu, libc10 and
 version.py are unpacked). The library is linked with -Wl,--no-undefined against that libtorch_cpu. It is built
-unoptimised (-O0, as tests/test_torch_headers.py's builds: nothing here runs or inspects the generated code; every
+unoptimised (-O0, as tests/packaging/test_torch_headers.py's builds: nothing here runs or inspects the generated code; every
 source, template instance and call is still compiled, so the torch symbols it needs and its NEEDED entries are
 those of the optimised build or more; docs/ci.md, "Compiling less").
 

@@ -1,5 +1,5 @@
 """The doctor's records (Facts, GPU, Finding), the compatibility constants (copies of ``data/compat.yaml``;
-``tests/test_environments.py`` checks that they agree), version helpers."""
+``tests/packaging/test_environments.py`` checks that they agree), version helpers."""
 
 from __future__ import annotations
 
