@@ -76,12 +76,12 @@ class _RecordingOps:
 
 @pytest.fixture
 def recorded_ops(monkeypatch):
-    """The ops called through torch_segops.ops and torch_segops._reductions (run / run_out), in order."""
+    """The ops called through torch_segops.csr and torch_segops._reductions (run / run_out), in order."""
     import torch_segops._reductions as reductions_module
-    import torch_segops.ops as ops_module
+    import torch_segops.csr as csr_module
 
-    rec = _RecordingOps(ops_module._ops)
-    monkeypatch.setattr(ops_module, "_ops", rec)
+    rec = _RecordingOps(csr_module._ops)
+    monkeypatch.setattr(csr_module, "_ops", rec)
     monkeypatch.setattr(reductions_module, "_ops", rec)
     return rec
 

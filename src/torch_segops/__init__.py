@@ -53,7 +53,7 @@ if not _doctor_is_starting():  # the doctor loads the library in a child process
         scatter_plan,
         scatter_sum,
     )
-    from .ops import (
+    from .csr import (
         gather_csr,
         segment_add_csr,
         segment_csr,

@@ -1,8 +1,8 @@
-"""The core below the public modules (ops.py: CSR, coo.py, scatter.py, composite.py): the reductions along
+"""The core below the public modules (csr.py: CSR, coo.py, scatter.py, composite.py): the reductions along
 offsets (``reduce_segments``) and by an index (``reduce_by_index``: the scatter ops, a scatter plan, or the CSR
-route of the devices where the scatter ops have no kernel), ``out=`` written in place or reduced into
-(``reduce_into``), and the stable sort of an index (``sort_index``). The public modules check their arguments
-(_arguments.py) and call down here; this module calls the compiled ops through _reductions.py.
+route of the devices where the scatter ops have no kernel), ``out=`` written in place or combined with
+out's values (``combine_with_out``), and the stable sort of an index (``sort_index``). The public modules check
+their arguments (_arguments.py) and call down here; this module calls the compiled ops through _reductions.py.
 
 Scriptable with ``torch.jit.script`` like the public wrappers (eager-only code sits under
 ``if not torch.jit.is_scripting():``).
@@ -95,10 +95,10 @@ def index_offsets(index: Tensor, size: int, check_sorted: bool) -> Tensor:
     return torch.ops.torch_segops.index_to_indptr(index, size, check_sorted)
 
 
-def reduce_into(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Tensor, n: int,
-                counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
-    """Reduce a fresh reduction into ``out``'s current values (COO and scatter semantics) by the combine function of
-    the reduction ``reduce`` (_reductions.combine_into) and write the result into ``out``. ``values`` holds the
+def combine_with_out(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Tensor, n: int,
+                     counts: Tensor, rounding: str) -> Tuple[Tensor, Tensor]:
+    """Combine a fresh reduction with ``out``'s current values (COO and scatter semantics) by the combine function
+    of the reduction ``reduce`` (_reductions.combine_into) and write the result into ``out``. ``values`` holds the
     segment sums where combines_sums(reduce) (divided there, after adding out's values)."""
     check_out(fn, out, values.dtype, values.device, list(values.shape))
     result, arg = combine_into(reduce, out, values, arg, n, counts, rounding)
@@ -145,13 +145,14 @@ def _reduce_csr(fn: str, src: Tensor, indptr: Tensor, out: Optional[Tensor], red
         return sum_then_divide(src, indptr, rounding), indptr.new_empty([0])
     if out is not None and combines_sums(reduce):  # the sum now, divided by the counts after out's values are added
         total = _ops.segment_sum(src, indptr)
-        return reduce_into(fn, out, reduce, total, indptr.new_empty([0]), n, segment_lengths(indptr, total), rounding)
+        counts = segment_lengths(indptr, total)
+        return combine_with_out(fn, out, reduce, total, indptr.new_empty([0]), n, counts, rounding)
     values, arg = run(src, indptr, reduce)
     if perm is not None and has_arg(reduce):
         arg = _original_arg(arg, perm, dim, n)
     if out is None:
         return values, arg
-    return reduce_into(fn, out, reduce, values, arg, n, values, rounding)
+    return combine_with_out(fn, out, reduce, values, arg, n, values, rounding)
 
 
 def _csr_route(fn: str, src: Tensor, index: Tensor, size: int, out: Optional[Tensor], reduce: str, rounding: str,
@@ -216,10 +217,10 @@ def reduce_by_index(fn: str, src: Tensor, index: Tensor, size: int, out: Optiona
             counts = target_counts(index, values)
         if out is None:
             return divide_by_counts(values, counts, rounding), arg
-        return reduce_into(fn, out, reduce, values, arg, n, counts, rounding)
+        return combine_with_out(fn, out, reduce, values, arg, n, counts, rounding)
     if out is None:
         return values, arg
-    return reduce_into(fn, out, reduce, values, arg, n, values, rounding)
+    return combine_with_out(fn, out, reduce, values, arg, n, values, rounding)
 
 
 # ---- the sort of an index (scatter plans) -----------------------------------------------------------------
@@ -305,4 +306,4 @@ def scatter_nothing(fn: str, src: Tensor, dim: int, out: Optional[Tensor], size:
         arg = arg.new_empty([0])
     if out is None:
         return values.contiguous(), arg
-    return reduce_into(fn, out, combined_as, values, arg, src.size(dim), values, "floor")
+    return combine_with_out(fn, out, combined_as, values, arg, src.size(dim), values, "floor")

@@ -1,5 +1,5 @@
 """The Python package as a stack (issue #40), read from its imports with ast (no import of torch_segops): the public
-modules (ops, coo, scatter, composite) call down into the private ones (_segment: the core; _arguments: every
+modules (csr, coo, scatter, composite) call down into the private ones (_segment: the core; _arguments: every
 argument check; _reductions: the table) and never take a private name from a sibling; the private modules never
 import a public one; the fake kernels and autograd are registered in _registrations.py only."""
 

@@ -25,7 +25,7 @@ import torch
 
 import reference as R
 import torch_segops as so
-from torch_segops._segment import reduce_into
+from torch_segops._segment import combine_with_out
 
 ops = torch.ops.torch_segops
 REDUCTIONS = ("sum", "mean", "mul", "min", "max")
@@ -131,8 +131,8 @@ def old_scatter(src, index, dim, size, reduce, out=None):
         return values, (arg if reduce in ("min", "max") else None)
     counts = torch.bincount(index.long(), minlength=size).clamp(min=1).to(values.dtype)
     counts = counts.view([size] + [1] * (src.dim() - dim - 1))
-    result, arg = reduce_into("scatter", out, reduce, values, arg, shape[dim], counts if reduce == "mean" else values,
-                              "floor")
+    result, arg = combine_with_out("scatter", out, reduce, values, arg, shape[dim],
+                                   counts if reduce == "mean" else values, "floor")
     return result, (arg if reduce in ("min", "max") else None)
 
 

@@ -8,7 +8,7 @@
    (torch's headers with -isystem), for x86-64 (baseline and avx2 kernels, as CMakeLists.txt compiles them),
    for x86-64 without GCC vector extensions (the path MSVC takes: -DSEGOPS_NO_VECTOR_EXT), and for aarch64
    (the arm64 kernels, when Debian's aarch64 cross headers are there). One warning is turned off:
-   -Wbitwise-instead-of-logical, for the deliberate branch-free `(a | b) & !c` of bools in cpu/reduce_piece.h.
+   -Wbitwise-instead-of-logical, for the deliberate branch-free `(a | b) & !c` of bools in cpu/extremum_piece.h.
 3. platform.cpp on its own: built with clang/libc++ and with g++, its x86-64-v3 check (cpuid + xgetbv under
    Clang, __builtin_cpu_supports under GCC) must agree with each other and with /proc/cpuinfo; its macOS
    side (dladdr, RTLD_NOLOAD) compiles with __APPLE__ defined and __linux__ undefined.

@@ -122,7 +122,7 @@ def test_package_contents(built, request):
     pkg = built["pkg"]
     files = pkg.files()
     for f in ("site-packages/torch_segops/_C.so", "site-packages/torch_segops/__init__.py",
-              "site-packages/torch_segops/_library.py", "site-packages/torch_segops/ops.py"):
+              "site-packages/torch_segops/_library.py", "site-packages/torch_segops/csr.py"):
         assert f in files
     assert (pkg.root / "info" / "licenses" / "LICENSE").read_text() == (REPO / "LICENSE").read_text()
     assert not [f for f in files if f.endswith((".o", ".a", ".pyc", "direct_url.json", "CMakeCache.txt"))]

@@ -15,9 +15,9 @@
 //   Rows (where the rows are): chunk() gives, for a chunk's rows, a Load and the row base rb such that
 //     row r's feature f is element (rb + r) * F + f. DirectRows reads src in place; GatheredRows copies
 //     the chunk's rows, taken through a permutation, into a small buffer first.
-// A chunk's piece of a segment is reduced by the same code (reduce_piece.h, segment_sums.h,
-// segment_extrema.h) whatever the policies, with the same lengths and starting items: the policies
-// change where the values come from, never the order in which they are folded.
+// A chunk's piece of a segment is reduced by the same code (reduce_piece.h and the kernels it picks;
+// segment_sums.h, segment_extrema.h) whatever the policies, with the same lengths and starting items:
+// the policies change where the values come from, never the order in which they are folded.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +29,7 @@
 
 #include <torch/csrc/stable/ops.h>
 
+#include "cpu/arg_extremum_rows16.h"
 #include "cpu/reduce_piece.h"
 #include "cpu/segment_extrema.h"
 #include "cpu/segment_sums.h"

@@ -19,9 +19,9 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include "cpu/array_loads.h"
 #include "cpu/chunk_reduce.h"
 #include "cpu/kernels.h"
-#include "cpu/reduce_piece.h"
 #include "cpu/scatter_kernels.h"
 #include "cpu/vec_math.h"
 #include "csr_args.h"

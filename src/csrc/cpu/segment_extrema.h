@@ -14,7 +14,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "cpu/reduce_piece.h"
+#include "cpu/array_loads.h"
+#include "cpu/extremum_reducers.h"
+#include "platform.h"
 
 namespace torch_segops {
 namespace cpu {

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cpu/reduce_piece.h"
+#include "cpu/array_loads.h"
+#include "cpu/float_sum_avx2.h"
+#include "reduction_policies.h"
 
 namespace torch_segops {
 namespace cpu {

@@ -1,4 +1,5 @@
-"""Public wrappers: pytorch_scatter-compatible signatures over torch.ops.torch_segops.
+"""The public functions over CSR offsets (segment_csr, segment_<reduction>_csr, segment_softmax_csr, gather_csr):
+pytorch_scatter-compatible signatures over torch.ops.torch_segops.
 
 Shapes follow pytorch_scatter: the reduction runs along ``dim = indptr.dim() - 1`` of ``src``,
 leading dims of ``indptr`` broadcast against ``src`` and trailing dims of ``src`` are features.
