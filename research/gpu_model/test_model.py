@@ -251,7 +251,7 @@ def test_calibrate_traces_the_measured_kernels(tmp_path, monkeypatch):
                           capture_output=True)
     if have.returncode != 0:
         pytest.skip(f"commit {gpu_model.CALIBRATION_COMMIT} not in this clone (shallow?)")
-    monkeypatch.setenv("GPU_MODEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("TORCH_SEGOPS_CACHE", str(tmp_path))
     root = gpu_model.materialise()
     assert os.path.exists(os.path.join(root, "src", "csrc", "cuda", "segment_kernels.cuh"))
     assert not os.path.exists(os.path.join(root, "src", "csrc", "cuda", "drivers.cuh"))
