@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 
@@ -13,6 +14,17 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.find_spec("torch")
 TORCH_DIR = list(_spec.submodule_search_locations)[0] if _spec else None
+_ROW = re.compile(r'X\((\w+), "(\w+)", (\w+), (true|false), (true|false)\)')
+
+
+def registry_rows() -> list[tuple[str, str, str, bool, bool]]:
+    """The rows of the C++ registry (src/csrc/reduction_table.h's SEGOPS_REDUCTIONS), in its order:
+    (Enum, name, Reducer, has_arg, integers)."""
+    with open(os.path.join(REPO, "src", "csrc", "reduction_table.h")) as fh:
+        text = fh.read()
+    block = text[text.index("#define SEGOPS_REDUCTIONS(X)"):]
+    block = block[:block.index("\n\n")]
+    return [(e, n, op, a == "true", i == "true") for e, n, op, a, i in _ROW.findall(block)]
 
 
 

@@ -17,15 +17,7 @@ import cpp_checks
 import torch_segops
 
 REPO = Path(__file__).resolve().parents[2]
-HEADER = REPO / "src" / "csrc" / "reduction_table.h"
-ROW = re.compile(r'X\((\w+), "(\w+)", (\w+), (true|false), (true|false)\)')
-
-
-def cpp_rows() -> list[tuple[str, str, str, bool, bool]]:
-    text = HEADER.read_text()
-    block = text[text.index("#define SEGOPS_REDUCTIONS(X)"):]
-    block = block[:block.index("\n\n")]
-    return [(e, n, op, a == "true", i == "true") for e, n, op, a, i in ROW.findall(block)]
+cpp_rows = cpp_checks.registry_rows
 
 
 # The tests are parametrized by the source tree's C++ list, and the Python table is imported by a fixture: an
@@ -180,10 +172,9 @@ def test_cpp_registry_and_reducer_traits(tmp_path):
     assert "integer names: sum, mul, min, max" in out
 
 
-def _section(text: str) -> tuple[list[str], list[str]]:
-    """docs/design.md's "Adding a reduction": (the files of its numbered list, the files it says list the
+def _section(section: str) -> tuple[list[str], list[str]]:
+    """docs/design.md's "Adding a reduction" section: (the files of its numbered list, the files it says list the
     reductions by name)."""
-    section = text[text.index("## Adding a reduction"):text.index("## Adding an op")]
     path = r"`((?:src|research|tests|benchmarks)/[\w/.-]+\.\w+)`"
     required = re.findall(rf"^\d+\. {path}", section, re.M)
     listing = section[section.index("Files that list the reductions by name"):]
@@ -226,8 +217,8 @@ def test_adding_a_reduction_in_design_md_follows_the_code():
     that list the reductions by name). The literal functions of _reductions.py that need its branch are named."""
     rows = cpp_rows()
     text = (REPO / "docs" / "design.md").read_text()
-    required, listing = _section(text)
     section = text[text.index("## Adding a reduction"):text.index("## Adding an op")]
+    required, listing = _section(section)
     assert len(required) >= 2 and f"touches these {len(required)} files" in section, required
     assert all((REPO / p).exists() for p in required + listing), required + listing
     missing = [p for p in required if not _names_every_row(p, (REPO / p).read_text(), rows)]
