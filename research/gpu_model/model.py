@@ -415,11 +415,12 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
         with open(path) as fh:
             return json.load(fh)["kernels"]
     now = kernel_hashes()
-    saved = None
+    saved, stale = None, set()
     if os.path.exists(RESOURCES):
         with open(RESOURCES) as fh:
             saved = json.load(fh)
-        if not refresh and not stale_kernels(saved, now):
+        stale = set(stale_kernels(saved, now))
+        if not refresh and not stale:
             return saved["kernels"]  # a reducer added since has no kernels here: "not measured"
     want = _hash(json.dumps(now, sort_keys=True))
     cached = os.path.join(cache_dir(), f"resources-{want}.json")
@@ -431,7 +432,6 @@ def resources(refresh: bool = False, root: str = REPO) -> dict:
     if nvcc is None:
         if saved is None:
             raise RuntimeError("no nvcc and no saved kernel resources: cannot compute occupancy")
-        stale = set(stale_kernels(saved, now))
         print(f"warning: the code of {len(stale)} saved kernels changed and nvcc is absent: they are not measured",
               file=sys.stderr)
         return {k: r for k, r in saved["kernels"].items() if k not in stale}
