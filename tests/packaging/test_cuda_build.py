@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -371,6 +372,8 @@ def test_build_info_says_cuda(built):
         data = fh.read()
     version = toolchain.nvcc_version(NVCC)
     assert b'"variant": "cuda"' in data
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as fh:  # a plain CMake build reads it too
+        assert f'"version": "{tomllib.load(fh)["project"]["version"]}"'.encode() in data
     assert f'"cuda_version": "{version}"'.encode() in data
     assert f'"cuda_archs": "{toolchain.CI_ARCHS}"'.encode() in data
 
