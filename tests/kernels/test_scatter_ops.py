@@ -376,9 +376,8 @@ def test_the_csr_route_of_other_devices_matches_the_scatter_ops(monkeypatch):
 @pytest.mark.parametrize("reduce", ["sum", "mean", "mul", "max", "logsumexp"])
 @pytest.mark.parametrize("plan", [False, True])
 def test_ops_gradcheck(reduce, plan):
-    from test_autograd import distinct_values
 
-    x = distinct_values((9, 2)).requires_grad_()
+    x = R.distinct_values((9, 2)).requires_grad_()
     index = torch.tensor([3, 0, 3, 1, 0, 3, 1, 1, 0])
     if plan:
         p = so.scatter_plan(index, 5)
@@ -408,6 +407,24 @@ def test_bad_index_and_plan_errors():
         ops.scatter_sum_plan(src, torch.arange(5), torch.tensor([0, 4, 2]))
     with pytest.raises(RuntimeError, match=r"^torch_segops: plan\.indptr must hold non-decreasing offsets"):
         ops.scatter_sum_plan(src, torch.arange(5), torch.tensor([0, 2, 6]))
+
+
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_rows_of_no_features_check_the_index_only(reduce, index_dtype):
+    """src of shape (N, 0): nothing to reduce, the index still checked (the op divided by F = 0: SIGFPE)."""
+    src = torch.zeros(5, 0)
+    srt, uns = (torch.tensor(v, dtype=index_dtype) for v in ([0, 0, 1, 1, 2], [2, 0, 1, 0, 1]))
+    for sorted_, index in ((True, srt), (False, srt), (False, uns)):
+        got = getattr(ops, f"scatter_{reduce}")(src, index, 3, sorted_)
+        assert [t.shape for t in (got if isinstance(got, (tuple, list)) else [got])][0] == (3, 0)
+    assert so.segment_coo(src, srt, dim_size=3, reduce=reduce).shape == (3, 0)
+    assert so.scatter(src, uns, 0, dim_size=3, reduce=reduce).shape == (3, 0)
+    with pytest.raises(ValueError, match=r"^torch_segops\.segment_coo: index must be sorted \(non-decreasing\)"):
+        so.segment_coo(src, uns, dim_size=3, reduce=reduce)
+    for fn in (lambda i: so.segment_coo(src, i, dim_size=3, reduce=reduce), lambda i: so.scatter(src, i, 0, dim_size=3, reduce=reduce)):
+        with pytest.raises(ValueError, match=r"index must be < dim_size = 3, got index\[(\.\.\., )?4\] = 3"):
+            fn(torch.tensor([0, 0, 1, 2, 3], dtype=index_dtype))
 
 
 @pytest.mark.parametrize("size", [2**62, 2**63 - 1])

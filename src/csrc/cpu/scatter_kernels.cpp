@@ -459,6 +459,14 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
   const I* x = cptr<I>(a.index);
   if (B == 0 || (N == 0 && S == 0)) return kScatterOk;
   if (S == 0) return kIndexOutOfRange;  // every value is >= dim_size = 0
+  if (F == 0) {  // nothing to reduce (and no chunk grid: its size divides by F): only the index to check
+    bool stepped_down = false;
+    for (int64_t r = 0; r < a.rows * N; ++r) {
+      if (x[r] < 0 || x[r] >= S) return kIndexOutOfRange;
+      stepped_down |= r % N != 0 && x[r] < x[r - 1];
+    }
+    return sorted && stepped_down ? kIndexUnsorted : kScatterOk;
+  }
   std::atomic<bool> bad{false};
   const int64_t W = chunk_items(F);
   const int64_t cpb = ceil_div(S + N, W);
@@ -466,7 +474,7 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
   // A step down among the first rows: not sorted (the sorted reading would open a parallel region to find out).
   bool may_be_sorted = true;
   for (int64_t j = 1, e = std::min<int64_t>(N, W); j < e; ++j) may_be_sorted &= !(x[j] < x[j - 1]);
-  if (F > 0 && may_be_sorted) {  // the sorted index, read as it is
+  if (may_be_sorted) {  // the sorted index, read as it is
     std::vector<int64_t> bounds(static_cast<size_t>(2 * B * cpb), -1);
     const SortedIndexSegments<I> segs{x, a.row_of_batch.data(), N, S, cpb, bounds.data(), &bad};
     reduce_chunks<Op>(segs, DirectRows<ArrayLoad<T>>{ArrayLoad<T>{src, B * N * F}, N}, B, F, Outputs<T>{out, arg, S, 0, N},
@@ -475,12 +483,6 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
   }
   if (sorted) return kIndexUnsorted;  // (or out of range: the host finds which, and where)
   bad = false;
-  if (F == 0) {  // nothing to reduce: only the values to check
-    for (int64_t r = 0; r < a.rows * N; ++r) {
-      if (x[r] < 0 || x[r] >= S) return kIndexOutOfRange;
-    }
-    return kScatterOk;
-  }
   const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
   auto batch = [&](int64_t b) {
     scatter_any_order<Op>(src + b * N * F, x + a.row_of_batch[b] * N, N, S, F, out + b * S * F,
