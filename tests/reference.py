@@ -416,6 +416,16 @@ def make_values(shape, dtype, gen: torch.Generator, ties: bool = False) -> torch
     return torch.randint(-50, 50, shape, generator=gen, dtype=dtype)
 
 
+def distinct_values(shape, seed=0):
+    """float64 values at least 0.1 apart, so min/max positions are unique and stable under the
+    finite-difference perturbations of gradcheck (eps 1e-6)."""
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    return (torch.randperm(n, generator=g).to(torch.float64) / 10 - n / 20).reshape(shape)
+
+
 def near_one(src: torch.Tensor) -> torch.Tensor:
     """Float src mapped to 1 + x / (64 max(1, max|x|)), with src's strides (layout kept): factors whose
     products over thousands of rows stay finite and normal, so that products taken in any order agree

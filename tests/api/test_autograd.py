@@ -23,16 +23,6 @@ GRAD_CASES = {
 }
 
 
-def distinct_values(shape, seed=0):
-    """float64 values at least 0.1 apart, so min/max positions are unique and stable under the
-    finite-difference perturbations of gradcheck (eps 1e-6)."""
-    g = torch.Generator().manual_seed(seed)
-    n = 1
-    for s in shape:
-        n *= s
-    return (torch.randperm(n, generator=g).to(torch.float64) / 10 - n / 20).reshape(shape)
-
-
 def _segment_fn(reduce):
     def fn(x, indptr):
         return so.segment_csr(x, indptr, reduce=reduce)
@@ -64,7 +54,7 @@ def _reference(name, x, indptr):
 @pytest.mark.parametrize("name", list(FUNCS))
 def test_gradcheck(name, case):
     shape, indptr = GRAD_CASES[case]
-    x = distinct_values(shape).requires_grad_()
+    x = R.distinct_values(shape).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: FUNCS[name](t, indptr), (x,), eps=1e-6, atol=1e-8, rtol=1e-6)
 
 
@@ -77,14 +67,14 @@ def test_gradcheck_gather(case, size):
     shape[dim] = indptr.size(-1) - 1
     n = int(indptr[..., -1].max())
     size = {None: None, "exact": n, "larger": n + 2}[size]
-    x = distinct_values(shape).requires_grad_()
+    x = R.distinct_values(shape).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: so.gather_csr(t, indptr, size=size), (x,), eps=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("case", ["features", "per_batch"])
 def test_gradgradcheck_softmax(case):
     shape, indptr = GRAD_CASES[case]
-    x = distinct_values(shape).div(10).requires_grad_()
+    x = R.distinct_values(shape).div(10).requires_grad_()
     # fast_mode: checks random projections of the second-order Jacobian (the full one takes ~10 s)
     assert torch.autograd.gradgradcheck(lambda t: so.segment_softmax_csr(t, indptr), (x,), eps=1e-6, atol=1e-7,
                                         fast_mode=True)
@@ -92,7 +82,7 @@ def test_gradgradcheck_softmax(case):
 
 @pytest.mark.parametrize("name", list(FUNCS))
 def test_rows_outside_segments_get_zero_gradient(name):
-    x = distinct_values((10, 2)).requires_grad_()
+    x = R.distinct_values((10, 2)).requires_grad_()
     indptr = torch.tensor([3, 5, 5, 8])
     FUNCS[name](x, indptr).mul(torch.randn(FUNCS[name](x, indptr).shape, dtype=torch.float64)).sum().backward()
     assert x.grad is not None

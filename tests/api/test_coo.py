@@ -176,19 +176,17 @@ GRAD_INDEX = torch.tensor([[0, 0, 2, 2, 2, 3, 5]])
 
 @pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max"])
 def test_gradcheck_segment_coo(reduce):
-    from test_autograd import distinct_values
 
-    x = distinct_values((2, 7, 3)).requires_grad_()
+    x = R.distinct_values((2, 7, 3)).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: so.segment_coo(t, GRAD_INDEX, dim_size=7, reduce=reduce), (x,),
                                      eps=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
 def test_gradcheck_segment_coo_into_out(reduce):
-    from test_autograd import distinct_values
 
-    x = distinct_values((2, 7, 3)).requires_grad_()
-    base = distinct_values((2, 6, 3), seed=1) / 3 + 0.01  # never equal to a value of x (a tie has no derivative)
+    x = R.distinct_values((2, 7, 3)).requires_grad_()
+    base = R.distinct_values((2, 6, 3), seed=1) / 3 + 0.01  # never equal to a value of x (a tie has no derivative)
 
     def fn(t):
         return so.segment_coo(t, GRAD_INDEX, out=base.clone(), reduce=reduce)
@@ -197,9 +195,8 @@ def test_gradcheck_segment_coo_into_out(reduce):
 
 
 def test_gradcheck_gather_coo():
-    from test_autograd import distinct_values
 
-    x = distinct_values((2, 6, 3)).requires_grad_()
+    x = R.distinct_values((2, 6, 3)).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: so.gather_coo(t, GRAD_INDEX), (x,), eps=1e-6, atol=1e-8)
 
 

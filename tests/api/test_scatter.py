@@ -218,9 +218,8 @@ def test_bad_plan():
 @pytest.mark.parametrize("kind", ["1d", "full", "plan"])
 @pytest.mark.parametrize("reduce", ["sum", "mean", "min", "max", "mul"])
 def test_gradcheck(reduce, kind):
-    from test_autograd import distinct_values
 
-    x = distinct_values((7, 3)).requires_grad_()
+    x = R.distinct_values((7, 3)).requires_grad_()
     if kind == "full":
         index = torch.tensor([[2, 0, 1], [0, 0, 1], [2, 2, 2], [4, 0, 1], [0, 1, 1], [2, 0, 0], [1, 1, 4]])
     else:
@@ -246,11 +245,10 @@ def test_mul_gradcheck_with_zeros(kind):
 
 
 def test_gradcheck_into_out():
-    from test_autograd import distinct_values
 
-    x = distinct_values((7, 3)).requires_grad_()
+    x = R.distinct_values((7, 3)).requires_grad_()
     index = torch.tensor([2, 0, 2, 4, 0, 2, 1])
-    base = distinct_values((5, 3), seed=2) + 0.05  # never equal to a value of x (a tie has no derivative)
+    base = R.distinct_values((5, 3), seed=2) + 0.05  # never equal to a value of x (a tie has no derivative)
     assert torch.autograd.gradcheck(lambda t: so.scatter(t, index, 0, out=base.clone(), reduce="max"), (x,),
                                     eps=1e-6, atol=1e-8)
 
