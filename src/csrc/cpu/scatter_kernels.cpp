@@ -1,7 +1,9 @@
 // Typed CPU kernels of scatter (docs/design.md, "scatter on the CPU"), compiled once per instruction set
-// like kernels.cpp. Every path ends in the chunked reduction of cpu/chunk_reduce.h with the chunk grid
-// that segment_csr would use on the stably sorted index, so each target gets exactly the bits it got
-// there, whatever the path and the thread count:
+// like kernels.cpp. One feature (F == 1, sorted false): each target's values folded serially in row order
+// by Op::step, in one pass or per range of the partition below, or per target along a plan. Otherwise every
+// path ends in the chunked reduction of cpu/chunk_reduce.h with the chunk grid that segment_csr would use
+// on the stably sorted index, so each target gets exactly the bits it got there, whatever the path and the
+// thread count:
 //   - sorted index: one pass over index and src, the segments read off the index itself
 //     (SortedIndexSegments; no offsets, nothing sorted or copied);
 //   - any other order: a stable partition of the rows by ranges of targets (one pass over the index and,
