@@ -1,7 +1,6 @@
 // CPU entry points of the scatter ops (schemas in ops.cpp, one pair per reduction of reduction_table.h):
 // argument checks (scatter_args.h), the output size, the outputs, and the messages for a bad index or plan.
 // The kernels are cpu/scatter_kernels.cpp, for the instruction set of cpu/kernels.h.
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -36,8 +35,7 @@ constexpr double kWeighedBytes = double(int64_t{1} << 30);
 void check_memory(const ScatterArgs& a, int64_t elem_bytes, bool with_arg) {
   const double elems = double(a.B) * double(a.S) * double(a.F);
   const double out = elems * double(elem_bytes), arg = with_arg ? elems * 8.0 : 0.0;
-  // the partition of an unsorted index, at most; one feature: or states and counts of up to 4 N targets
-  const double scratch = std::max(double(a.N) * 16.0, a.F == 1 ? 24.0 * std::min(double(a.S), 4.0 * double(a.N)) : 0.0);
+  const double scratch = double(a.N) * 16.0;  // the partition of an unsorted index, at most
   if (out + arg + scratch < kWeighedBytes) return;
   const int64_t available = platform::available_memory_bytes();
   if (available < 0 || out + arg + scratch <= double(available)) return;

@@ -1,6 +1,6 @@
 // Typed CPU kernels of scatter (docs/design.md, "scatter on the CPU"), compiled once per instruction set
-// like kernels.cpp. One feature (F == 1, sorted false): each target's values folded serially in row order
-// by Op::step, in one pass or per range of the partition below, or per target along a plan. Otherwise every
+// like kernels.cpp. One feature (F == 1, sorted false, no arg): each target's values folded serially in row
+// order by Op::step, in one pass or per range of the partition below, or per target along a plan. Otherwise every
 // path ends in the chunked reduction of cpu/chunk_reduce.h with the chunk grid that segment_csr would use
 // on the stably sorted index, so each target gets exactly the bits it got there, whatever the path and the
 // thread count:
@@ -44,6 +44,7 @@ constexpr int64_t kMaxBucketTargets = 1 << 16;  // targets per range: a target's
 constexpr int64_t kBucketRows = 1 << 15;        // rows a range holds on average (its records stay in L2)
 constexpr int64_t kCarryBytes = 16;             // rows of at most this many bytes travel with the partition
 constexpr int64_t kSerialElems = 1 << 17;       // src elements below which a call opens no parallel region
+constexpr int64_t kStateBytes = 8 << 20;        // one feature: the most a one pass keeps in state arrays
 const int64_t kZero = 0;                        // the one batch offset of a single indptr row
 
 // body(i0, i1) over [0, n) in pieces of `grain`, each taken by whichever thread is free (threads of a busy
@@ -496,7 +497,8 @@ void fold_in_row_order(const T* src, const I* x, int64_t N, int64_t S, T* out, i
 }
 
 // One batch of one feature: in one pass (one_pass) where the states fit in the output or in arrays of S
-// targets that are not much longer than the rows; otherwise the partition by ranges of targets, each range
+// targets that are not much longer than the rows and stay in cache (random updates of larger arrays miss
+// twice a row: measured 1.7x the partition's time at 2M targets); otherwise the partition by ranges of targets, each range
 // folding its records in their order: the same bits either way.
 template <class Op, typename T, typename I>
 void scatter_rows_in_order(const T* src, const I* x, int64_t N, int64_t S, T* out, int64_t* arg, bool one_pass,
@@ -504,7 +506,7 @@ void scatter_rows_in_order(const T* src, const I* x, int64_t N, int64_t S, T* ou
   if (one_pass) {
     if constexpr (kStateInOutput<Op, T>) {
       return fold_in_row_order<Op>(src, x, N, S, out, arg, OutputStates<Op, T>{out}, bad);
-    } else if (S <= 4 * N) {
+    } else if (S <= 4 * N && S * static_cast<int64_t>(sizeof(typename Op::State) + sizeof(int64_t)) <= kStateBytes) {
       const Buffer<typename Op::State> st(S);
       const Buffer<int64_t> count(S);
       return fold_in_row_order<Op>(src, x, N, S, out, arg, ArrayStates<Op, T>{st.data(), count.data()}, bad);
@@ -529,7 +531,8 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
   // A step down among the first rows: not sorted (the sorted reading would open a parallel region to find out).
   bool may_be_sorted = true;
   for (int64_t j = 1, e = std::min<int64_t>(N, W); j < e; ++j) may_be_sorted &= !(x[j] < x[j - 1]);
-  const bool rows_in_order = F == 1 && !sorted;
+  // (min/max: the same values and args in any order, and the chunked path's vector kernels are faster)
+  const bool rows_in_order = F == 1 && !sorted && !Op::kHasArg;
   if (F > 0 && may_be_sorted && !rows_in_order) {  // the sorted index, read as it is
     std::vector<int64_t> bounds(static_cast<size_t>(2 * B * cpb), -1);
     const SortedIndexSegments<I> segs{x, a.row_of_batch.data(), N, S, cpb, bounds.data(), &bad};
@@ -604,7 +607,7 @@ template <class Op, typename T>
 int scatter_plan_typed(const ScatterArgs& a, T* out, int64_t* arg) {
   const int64_t B = a.B, N = a.N, S = a.S, F = a.F;
   if (B == 0 || S == 0 || F == 0) return kScatterOk;
-  if (F == 1) return scatter_plan_rows_in_order<Op, T>(a, out, arg);
+  if (F == 1 && !Op::kHasArg) return scatter_plan_rows_in_order<Op, T>(a, out, arg);
   std::vector<int64_t> perm_off(static_cast<size_t>(B)), ind_off(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     perm_off[b] = a.row_of_batch[b] * N;
