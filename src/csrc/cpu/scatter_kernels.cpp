@@ -497,16 +497,17 @@ void fold_in_row_order(const T* src, const I* x, int64_t N, int64_t S, T* out, i
 }
 
 // One batch of one feature: in one pass (one_pass) where the states fit in the output or in arrays of S
-// targets that are not much longer than the rows and stay in cache (random updates of larger arrays miss
-// twice a row: measured 1.7x the partition's time at 2M targets); otherwise the partition by ranges of targets, each range
-// folding its records in their order: the same bits either way.
+// targets that are not much longer than the rows and stay in cache unless the index looks sorted (random
+// updates of larger arrays miss twice a row: 1.7x the former path's time at 2M targets); otherwise the
+// partition by ranges of targets, each range folding its records in their order: the same bits either way.
 template <class Op, typename T, typename I>
 void scatter_rows_in_order(const T* src, const I* x, int64_t N, int64_t S, T* out, int64_t* arg, bool one_pass,
-                           std::atomic<bool>* bad) {
+                           bool looks_sorted, std::atomic<bool>* bad) {
   if (one_pass) {
     if constexpr (kStateInOutput<Op, T>) {
       return fold_in_row_order<Op>(src, x, N, S, out, arg, OutputStates<Op, T>{out}, bad);
-    } else if (S <= 4 * N && S * static_cast<int64_t>(sizeof(typename Op::State) + sizeof(int64_t)) <= kStateBytes) {
+    } else if (S <= 4 * N && (looks_sorted || S * static_cast<int64_t>(sizeof(typename Op::State) + sizeof(int64_t)) <=
+                                                 kStateBytes)) {
       const Buffer<typename Op::State> st(S);
       const Buffer<int64_t> count(S);
       return fold_in_row_order<Op>(src, x, N, S, out, arg, ArrayStates<Op, T>{st.data(), count.data()}, bad);
@@ -554,7 +555,9 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
     const T* sb = src + b * N * F;
     const I* xb = x + a.row_of_batch[b] * N;
     int64_t* ab = arg != nullptr ? arg + b * S * F : nullptr;
-    if (rows_in_order) return scatter_rows_in_order<Op>(sb, xb, N, S, out + b * S, ab, one_pass || alone, &bad);
+    if (rows_in_order) {
+      return scatter_rows_in_order<Op>(sb, xb, N, S, out + b * S, ab, one_pass || alone, may_be_sorted, &bad);
+    }
     scatter_any_order<Op>(sb, xb, N, S, F, out + b * S * F, ab, &bad);
   };
   if (!serial && B >= 2 * threads && N * F <= (int64_t{1} << 20)) {  // many small batches: side by side
