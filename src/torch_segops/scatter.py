@@ -29,7 +29,7 @@ from torch import Tensor
 from ._arguments import (check_has_dims, check_index_dtype, check_index_values, check_same_device, check_size,
                          check_type, scatter_arg_types, scatter_dim_and_size, scatter_index_shape, size_arg)
 from ._reductions import has_arg, reduction_of
-from ._segment import lead_to_dim, reduce_by_index, scatter_nothing, sort_index
+from ._segment import has_scatter_ops, lead_to_dim, reduce_by_index, scatter_nothing, sort_index
 
 
 class ScatterPlan(NamedTuple):
@@ -60,6 +60,13 @@ def scatter_plan(index: Tensor, dim_size: Optional[int] = None) -> ScatterPlan:
     check_index_dtype(fn, index)
     perm, indptr = sort_index(fn, index, size, index)
     return ScatterPlan(perm, indptr)
+
+
+def _rows_before(src: Tensor, dim: int) -> int:
+    n = 1
+    for d in range(dim):
+        n *= src.size(d)
+    return n
 
 
 def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
@@ -94,9 +101,13 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
         if size != -1 and plan.indptr.size(-1) - 1 != size:
             raise ValueError(f"torch_segops.{fn}: the plan was made for dim_size={plan.indptr.size(-1) - 1}, "
                              f"not {size}")
-        perm, indptr = lead_to_dim(plan.perm, dim), lead_to_dim(plan.indptr, dim)
-        # pytorch_scatter's scatter_mean divides integers with floor
-        return reduce_by_index(fn, src, perm, -1, out, reduce, "floor", False, None, perm, indptr)
+        one_feature = src.numel() == _rows_before(src, dim) * src.size(dim)
+        if not (one_feature and has_scatter_ops(src)):
+            perm, indptr = lead_to_dim(plan.perm, dim), lead_to_dim(plan.indptr, dim)
+            # pytorch_scatter's scatter_mean divides integers with floor
+            return reduce_by_index(fn, src, perm, -1, out, reduce, "floor", False, None, perm, indptr)
+        # one feature on the CPU: the index is read in one pass in row order, a sort saves nothing
+        # (docs/design.md, "scatter on the CPU")
     if rows_only:  # whole rows: the index as [*lead, N]
         rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
         return reduce_by_index(fn, src, rows, size, out, reduce, "floor", False, index)
