@@ -92,7 +92,8 @@ message(STATUS "torch_segops: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_
 
 # ---- sources and flags ---------------------------------------------------------------------------
 target_sources(torch_segops_C PRIVATE "${PROJECT_SOURCE_DIR}/src/csrc/cuda/segment_cuda.cu"
-                                     "${PROJECT_SOURCE_DIR}/src/csrc/cuda/coo_cuda.cu")
+                                     "${PROJECT_SOURCE_DIR}/src/csrc/cuda/coo_cuda.cu"
+                                     "${PROJECT_SOURCE_DIR}/src/csrc/cuda/scatter_cuda.cu")
 # The target was created before CUDA was enabled: give it the final list explicitly.
 set_target_properties(torch_segops_C PROPERTIES
   CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"

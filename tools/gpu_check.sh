@@ -41,7 +41,7 @@ MEMCHECK_S=${MEMCHECK_S:-120}
 BENCH_MIN_S=${BENCH_MIN_S:-60}
 # memcheck: the kernels of every plan, the error protocol and the COO offsets, on small shapes (not the tag-wrap
 # test: 2^16 calls under the sanitizer take minutes)
-MEMCHECK_TESTS=${MEMCHECK_TESTS:-"gradcheck or bad_indptr or publish_only or ending_after or index_to_indptr or segment_coo or misaligned or infinity or special_values or matches_cpu_and_reference or gather_matches_cpu"}
+MEMCHECK_TESTS=${MEMCHECK_TESTS:-"gradcheck or bad_indptr or publish_only or ending_after or index_to_indptr or segment_coo or misaligned or infinity or special_values or matches_cpu_and_reference or gather_matches_cpu or scatter_ops_empty or scatter_ops_bad or bad_plan"}
 START=$(date +%s)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lease)
