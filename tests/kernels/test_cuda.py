@@ -646,7 +646,8 @@ def _scatter_case(name, n, size, feat, batch, kind, index_dtype, specials, seed)
     if name == "mul":
         src = R.near_one(src)
     if specials and n > 0:
-        vals = torch.tensor([float("inf"), -float("inf"), float("nan"), 1e30, -1e30, 1e-40])
+        # (products: no huge factors, whose overflow depends on the order)
+        vals = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0] + ([] if name == "mul" else [1e30, -1e30, 1e-40]))
         at = torch.randint(src.numel(), (max(1, src.numel() // 50),), generator=g)
         src.view(-1)[at] = vals[torch.randint(len(vals), at.shape, generator=g)]
     index = torch.randint(max(size, 1), (batch, n), generator=g)
@@ -675,8 +676,8 @@ SCATTER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
-@pytest.mark.parametrize("kind", ["shuffled", "sorted", "one-target"])
+@pytest.mark.parametrize("kind,index_dtype", [("shuffled", torch.int64), ("shuffled", torch.int32),
+                                              ("sorted", torch.int64), ("one-target", torch.int32)], ids=str)
 @pytest.mark.parametrize("name", SCATTER_ROWS)
 @pytest.mark.parametrize("case", SCATTER_CASES, ids=[c[0] for c in SCATTER_CASES])
 def test_scatter_ops_bits_of_the_sorted_csr_route(case, name, kind, index_dtype, force_plan):

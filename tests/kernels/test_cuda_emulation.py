@@ -63,6 +63,15 @@ def scatter_emulator(shared_dir):
     return _built_once(shared_dir, SCATTER_SOURCE)
 
 
+def _assert_every_row_checked(out: str, label: str) -> None:
+    """The line `label: sum N mean N ...` names every row of the registry, in its order, each checked."""
+    row_checks = re.search(label + r": (.*)", out)
+    assert row_checks, out
+    by_row = dict(re.findall(r"(\w+) (\d+)", row_checks.group(1)))
+    assert list(by_row) == [name for _, name, *_ in cpp_checks.registry_rows()], by_row
+    assert all(int(n) > 0 for n in by_row.values()), by_row
+
+
 def _counts(out: str) -> tuple[int, int]:
     m = re.search(r"(\d+) passed, (\d+) failed", out)
     assert m, out
@@ -77,11 +86,7 @@ def test_kernels_emulated_on_host(emulator, part):
     passed, failed = _counts(out)
     assert passed >= at_least and failed == 0, out
     if "kernels" in args:  # every row of the registry, its CUDA kernels checked against its reference
-        row_checks = re.search(r"reference checks by reduction: (.*)", out)
-        assert row_checks, out
-        by_row = dict(re.findall(r"(\w+) (\d+)", row_checks.group(1)))
-        assert list(by_row) == [name for _, name, *_ in cpp_checks.registry_rows()], by_row
-        assert all(int(n) > 0 for n in by_row.values()), by_row
+        _assert_every_row_checked(out, "reference checks by reduction")
     # the host twin of compute-sanitizer initcheck: no kernel loaded workspace bytes that no kernel stored
     assert "reads of never-written workspace bytes: 0" in out, out
 
@@ -95,11 +100,7 @@ def test_scatter_emulated_on_host(scatter_emulator):
     out = cpp_checks.run(scatter_emulator, tail=8000, ASAN_OPTIONS="detect_leaks=1")
     passed, failed = _counts(out)
     assert passed >= 20_000 and failed == 0, out
-    row_checks = re.search(r"scatter checks by reduction: (.*)", out)
-    assert row_checks, out
-    by_row = dict(re.findall(r"(\w+) (\d+)", row_checks.group(1)))
-    assert list(by_row) == [name for _, name, *_ in cpp_checks.registry_rows()], by_row
-    assert all(int(n) > 0 for n in by_row.values()), by_row
+    _assert_every_row_checked(out, "scatter checks by reduction")
     assert "reads of never-written workspace bytes: 0" in out, out
 
 

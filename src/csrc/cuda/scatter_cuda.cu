@@ -180,15 +180,8 @@ struct ScatterOps {
       if (a.B * a.S * a.F == 0) return;
       std::optional<Tensor> order;
       if (!sorted && a.N > 1) order = stable_order(a.index);
-      Geometry g;
-      g.B = a.B;
-      g.N = a.N;
-      g.S = a.S;
-      g.F = a.F;
-      g.indptr_rows = a.rows;
-      g.bmap = rows_map(a, a.index, a.S + 1);
       int64_t* off = static_cast<int64_t*>(call.workspace(static_cast<size_t>(a.rows * (a.S + 1)) * sizeof(int64_t)));
-      g.indptr = off;
+      const Geometry g{a.B, a.N, a.S, a.F, off, a.rows, rows_map(a, a.index, a.S + 1)};
       const BatchMap order_map = rows_map(a, a.index, a.N);
       const int64_t* ord = order ? cptr<int64_t>(*order) : nullptr;
       reduce(a, op, out, arg, [&](auto op_tag, auto* x, auto* o, int64_t* ag, bool aligned) {
@@ -206,14 +199,7 @@ struct ScatterOps {
     const ScatterArgs a = make_plan_args(src, perm, indptr, op);
     CudaCall call(a.src, op, kNoSlot);
     const Tuning t = tuning(op);
-    Geometry g;
-    g.B = a.B;
-    g.N = a.N;
-    g.S = a.S;
-    g.F = a.F;
-    g.indptr = cptr<int64_t>(a.indptr);
-    g.indptr_rows = a.rows;
-    g.bmap = rows_map(a, a.indptr, a.S + 1);
+    const Geometry g{a.B, a.N, a.S, a.F, cptr<int64_t>(a.indptr), a.rows, rows_map(a, a.indptr, a.S + 1)};
     const Tensor words = status_words(a.indptr);
     const int64_t* ord = cptr<int64_t>(a.perm);
     launch_plan_check(call, g, ord, a.rows, static_cast<u64*>(words.mutable_data_ptr()));
@@ -249,10 +235,8 @@ struct ScatterOps {
 STABLE_TORCH_LIBRARY_IMPL(torch_segops, CUDA, m) {
   using namespace torch_segops;
   for_each_reduce([&](auto r) {
-    constexpr Reduce R = decltype(r)::value;
-    using Names = Reduction<R>;
-    using Ops = torch_segops::cuda::ScatterOps<R>;
-    m.impl(Names::scatter_name, TORCH_BOX((&guarded<&Ops::by_index, Names::scatter_name>::call)));
-    m.impl(Names::scatter_plan_name, TORCH_BOX((&guarded<&Ops::by_plan, Names::scatter_plan_name>::call)));
+    using Ops = torch_segops::cuda::ScatterOps<decltype(r)::value>;
+    m.impl(Ops::Names::scatter_name, TORCH_BOX((&guarded<&Ops::by_index, Ops::Names::scatter_name>::call)));
+    m.impl(Ops::Names::scatter_plan_name, TORCH_BOX((&guarded<&Ops::by_plan, Ops::Names::scatter_plan_name>::call)));
   });
 }

@@ -89,11 +89,7 @@ struct OrderCheck {
 // max(index) + 1 into words[1] (as launch_index_max leaves them); both words start at kNoError (~0).
 template <class Exec, typename I>
 void launch_index_check(Exec& ex, const IndexRows<I>& ix, u64* words, int64_t max_threads = kIndexThreadsMax) {
-  IndexCount<I> k;
-  k.ix = ix;
-  k.threads = imax(1, imin(ix.total(), max_threads));
-  k.err = words;
-  k.max_last = words + 1;
+  const IndexCount<I> k{ix, imax(1, imin(ix.total(), max_threads)), nullptr, words, 0, words + 1};
   ex.launch(k, ix.total() > 0 ? k.threads : 0);
 }
 
