@@ -11,8 +11,8 @@
 //     first and last entry, and max(index) + 1 for dim_size -1;
 //   - the scatter (offsets of the index, rows read through its stable order, args mapped back) gives bitwise what
 //     scatter gave on CUDA before these ops: the stable order's rows gathered into a copy and reduced by the CSR
-//     kernels (run_reduce over SrcLoad), args mapped back on the host; also along a plan (run_plan), and with the
-//     index sorted (no order);
+//     kernels (run_reduce), args mapped back on the host; also along a plan (run_plan), and with the index sorted
+//     (no order);
 //   - the bits do not depend on the thread order;
 //   - the results agree with a float64 reference within the rounding of the float accumulation (non-finite
 //     results equal);
@@ -73,6 +73,9 @@ float special(std::mt19937_64& rng) {
   return kSpecial[rng() % (sizeof(kSpecial) / sizeof(float))];
 }
 
+// (products: no huge or tiny factors, whose overflow or underflow depends on the order)
+constexpr float kNearOneSpecial[4] = {INFINITY, -INFINITY, NAN, 0.0f};
+
 Problem make_problem(std::mt19937_64& rng, int64_t lead0, int64_t lead1, int64_t N, int64_t S, int64_t F,
                      bool broadcast, int kind, bool specials, bool near_one) {
   Problem pb;
@@ -93,7 +96,7 @@ Problem make_problem(std::mt19937_64& rng, int64_t lead0, int64_t lead1, int64_t
   std::uniform_real_distribution<float> unit(-0.25f, 0.25f);
   for (float& v : pb.src) {
     v = near_one ? 1.0f + unit(rng) : static_cast<float>(small(rng)) + unit(rng);
-    if (specials && rng() % 11 == 0) v = near_one ? (rng() % 4 == 0 ? 0.0f : special(rng)) : special(rng);
+    if (specials && rng() % 11 == 0) v = near_one ? kNearOneSpecial[rng() % 4] : special(rng);
   }
   return pb;
 }
@@ -125,7 +128,7 @@ struct Result {
   std::vector<int64_t> arg;
   bool operator==(const Result& o) const {
     return out.size() == o.out.size() && arg == o.arg &&
-           std::memcmp(out.data(), o.out.data(), out.size() * sizeof(float)) == 0;
+           (out.empty() || std::memcmp(out.data(), o.out.data(), out.size() * sizeof(float)) == 0);
   }
 };
 
@@ -229,8 +232,10 @@ Result old_route(const Problem& pb, const Tuning& t) {
   Buf<int64_t> off(host_off.size());
   std::copy(host_off.begin(), host_off.end(), off.p);
   Outputs<Op, kArg> o(B * pb.S * F);
-  run_reduce<Op>(ex, geometry(pb, off.p), SrcLoad<float>{copy.p}, o.out.p, o.arg_ptr(), ErrorContext{},
-                 aligned_to(copy.p, 16), t);
+  // (PermLoad without an order loads the copy as SrcLoad does, load_vec: the same kernels serve both routes,
+  // which halves what this file compiles; tests/kernels/test_cuda.py compares with the real CSR ops on a GPU)
+  run_reduce<Op>(ex, geometry(pb, off.p), PermLoad<float>{copy.p, nullptr, BatchMap{}, N, F}, o.out.p,
+                 o.arg_ptr(), ErrorContext{}, aligned_to(copy.p, 16), t);
   Result r = o.result();
   for (int64_t e = 0; e < static_cast<int64_t>(r.arg.size()); ++e) {
     const int64_t b = e / (pb.S * F);
@@ -403,6 +408,7 @@ template <typename I> void check_index_problems() {
       const int64_t want_max = *std::max_element(x.begin(), x.end());
       EXPECT(max == std::max<int64_t>(want_max, -1), "max %ld, want %ld", static_cast<long>(max),
              static_cast<long>(want_max));
+      if (use_size < 0 && want_max == std::numeric_limits<int64_t>::max()) continue;  // size_after_max refuses it
       const int64_t S = use_size >= 0 ? use_size : std::max<int64_t>(want_max, -1) + 1;
       const IndexProblemAt p = decode_index_problem(words[0], total);
       const std::string got = p.what < 0 ? std::string()
