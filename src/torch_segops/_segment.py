@@ -117,10 +117,15 @@ _CUDA_SCATTER_OPS = _registered_for_cuda()
 
 
 def has_scatter_ops(src: Tensor) -> bool:
-    """Whether the ops scatter_<name> have a kernel for src's device: the CPU, and CUDA in a CUDA build. Elsewhere
-    the COO and scatter reductions take the CSR route: offsets of the index (scatter: of its stable torch.sort,
-    src's rows gathered in that order), then the CSR ops, with the same bits."""
-    return src.device.type == "cpu" or (src.device.type == "cuda" and _CUDA_SCATTER_OPS)
+    """Whether the ops scatter_<name> have a kernel for src's device: the CPU, and CUDA in a CUDA build (scripted
+    code, which cannot ask the dispatcher, takes the CSR route on CUDA). Elsewhere the COO and scatter reductions
+    take the CSR route: offsets of the index (scatter: of its stable torch.sort, src's rows gathered in that
+    order), then the CSR ops, with the same bits."""
+    if src.device.type == "cpu":
+        return True
+    if not torch.jit.is_scripting():
+        return src.device.type == "cuda" and _CUDA_SCATTER_OPS
+    return False
 
 
 def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:
