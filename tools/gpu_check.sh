@@ -77,7 +77,7 @@ library_loads() {
 if [ "${1:-}" = prebuild ]; then  # on the CPU machine: nvcc builds for sm_90 here, the GPU machine only runs
   step "building _C.so for sm_90 (carry gpu-prebuilt to the GPU machine)"
   cmake -S . -B build-gpu-prebuilt -G Ninja -DTORCH_SEGOPS_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-    -DTORCH_SEGOPS_CUDA_RESOURCE_USAGE=ON >"$LOGS/prebuild.log" 2>&1 &&
+    -DTORCH_SEGOPS_CUDA_RESOURCE_USAGE=ON -DTORCH_SEGOPS_CUDA_SCATTER=ON >"$LOGS/prebuild.log" 2>&1 &&
     cmake --build build-gpu-prebuilt >>"$LOGS/prebuild.log" 2>&1 || { tail -50 "$LOGS/prebuild.log"; exit 1; }
   mkdir -p gpu-prebuilt && cp build-gpu-prebuilt/_C.so gpu-prebuilt/_C.so
   git rev-parse HEAD >gpu-prebuilt/commit.txt

@@ -625,6 +625,11 @@ def test_special_values_match_cpu(plan, rows, feat, name, force_plan):
 # order, the CSR ops, the args mapped back (which the dry run checks of the CPU's scatter ops, with the same claim).
 
 SCATTER_ROWS = [name for _, name, *_ in cpp_checks.registry_rows()]
+# opt-in in the build for now (cmake -DTORCH_SEGOPS_CUDA_SCATTER=ON; tools/gpu_check.sh prebuild sets it)
+_CUDA_SCATTER = torch._C._dispatch_has_kernel_for_dispatch_key("torch_segops::scatter_sum", "CUDA")
+needs_cuda_scatter = pytest.mark.skipif(
+    not DRY_RUN and not _CUDA_SCATTER,
+    reason="this torch_segops build has no CUDA scatter kernels (built without -DTORCH_SEGOPS_CUDA_SCATTER=ON)")
 
 
 def _csr_route(name, src, index, size):
@@ -676,6 +681,7 @@ SCATTER_CASES = [
 ]
 
 
+@needs_cuda_scatter
 @pytest.mark.parametrize("kind,index_dtype", [("shuffled", torch.int64), ("shuffled", torch.int32),
                                               ("sorted", torch.int64), ("one-target", torch.int32)], ids=str)
 @pytest.mark.parametrize("name", SCATTER_ROWS)
@@ -718,6 +724,7 @@ def test_scatter_ops_bits_of_the_sorted_csr_route(case, name, kind, index_dtype,
     assert bool((diff <= tol)[finite].all()), f"scatter_{name}: max excess {(diff - tol)[finite].max():.3g}"
 
 
+@needs_cuda_scatter
 @pytest.mark.parametrize("name", ["sum", "max"])
 @pytest.mark.parametrize("n,size,feat", [(0, 5, 3), (7, 0, 3), (0, 0, 1), (6, 4, 0), (1, 1, 1)])
 def test_scatter_ops_empty_shapes(name, n, size, feat):
@@ -740,6 +747,7 @@ def test_scatter_ops_empty_shapes(name, n, size, feat):
     _assert_bits(op(src.to(DEV), index.to(DEV), -1, False), op(src, index, -1, False), f"{name} n={n} size -1")
 
 
+@needs_cuda_scatter
 @pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
 @pytest.mark.parametrize("index,size,sorted_", [
     ([5, 0, 1, 2], 5, False), ([0, 1, 2, 5], 5, False), ([-1, 0, 1, 2], 5, False), ([0, 1, 2, -3], -1, False),
@@ -758,6 +766,7 @@ def test_scatter_ops_bad_index_raises_the_cpus_message(index, size, sorted_, ind
     so.check_errors()
 
 
+@needs_cuda_scatter
 def test_scatter_plan_ops_bad_plan_raise():
     src, ok = torch.randn(4, 2, device=DEV), torch.tensor([0, 1, 2, 3], device=DEV)
     with pytest.raises(RuntimeError, match=r"plan.indptr must hold non-decreasing offsets in \[0, src.size\(dim\) = 4\]"):

@@ -138,7 +138,7 @@ def _ptxas12():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("source", ["segment_cuda.cu", "coo_cuda.cu", "scatter_cuda.cu"])
+@pytest.mark.parametrize("source", ["segment_cuda.cu", "coo_cuda.cu"])
 def test_kernels_assemble_for_the_oldest_nvcc12_arch(built, tmp_path, source):
     """The nvcc 12 rows ship SASS down to sm_50, which nvcc 13 cannot build and no nvcc 12 here can
     (data/compat.yaml): the PTX of each CUDA source (nvcc 13, compute_75, the build's flags: the very PTX the
