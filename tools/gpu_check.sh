@@ -41,7 +41,7 @@ MEMCHECK_S=${MEMCHECK_S:-120}
 BENCH_MIN_S=${BENCH_MIN_S:-60}
 # memcheck: the kernels of every plan, the error protocol and the COO offsets, on small shapes (not the tag-wrap
 # test: 2^16 calls under the sanitizer take minutes)
-MEMCHECK_TESTS=${MEMCHECK_TESTS:-"gradcheck or bad_indptr or publish_only or ending_after or index_to_indptr or segment_coo or misaligned or infinity or special_values or matches_cpu_and_reference or gather_matches_cpu"}
+MEMCHECK_TESTS=${MEMCHECK_TESTS:-"gradcheck or bad_indptr or publish_only or ending_after or index_to_indptr or segment_coo or misaligned or infinity or special_values or matches_cpu_and_reference or gather_matches_cpu or scatter_ops_empty or scatter_ops_bad or bad_plan"}
 START=$(date +%s)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lease)
@@ -77,7 +77,7 @@ library_loads() {
 if [ "${1:-}" = prebuild ]; then  # on the CPU machine: nvcc builds for sm_90 here, the GPU machine only runs
   step "building _C.so for sm_90 (carry gpu-prebuilt to the GPU machine)"
   cmake -S . -B build-gpu-prebuilt -G Ninja -DTORCH_SEGOPS_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-    -DTORCH_SEGOPS_CUDA_RESOURCE_USAGE=ON >"$LOGS/prebuild.log" 2>&1 &&
+    -DTORCH_SEGOPS_CUDA_RESOURCE_USAGE=ON -DTORCH_SEGOPS_CUDA_SCATTER=ON >"$LOGS/prebuild.log" 2>&1 &&
     cmake --build build-gpu-prebuilt >>"$LOGS/prebuild.log" 2>&1 || { tail -50 "$LOGS/prebuild.log"; exit 1; }
   mkdir -p gpu-prebuilt && cp build-gpu-prebuilt/_C.so gpu-prebuilt/_C.so
   git rev-parse HEAD >gpu-prebuilt/commit.txt

@@ -105,11 +105,27 @@ def combine_with_out(fn: str, out: Tensor, reduce: str, values: Tensor, arg: Ten
     return out.copy_(result), arg
 
 
+def _registered_for_cuda() -> bool:
+    """Whether the loaded library has the scatter ops' CUDA kernels (a CUDA build)."""
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key("torch_segops::scatter_sum", "CUDA"))
+    except RuntimeError:  # the library is not loaded (the doctor's process)
+        return False
+
+
+_CUDA_SCATTER_OPS = _registered_for_cuda()
+
+
 def has_scatter_ops(src: Tensor) -> bool:
-    """Whether the ops scatter_<name> have a kernel for src's device: the CPU only. Elsewhere (CUDA) the COO and
-    scatter reductions take the CSR route: offsets of the index (scatter: of its stable torch.sort, src's rows
-    gathered in that order), then the CSR ops."""
-    return src.device.type == "cpu"
+    """Whether the ops scatter_<name> have a kernel for src's device: the CPU, and CUDA in a CUDA build (scripted
+    code, which cannot ask the dispatcher, takes the CSR route on CUDA). Elsewhere the COO and scatter reductions
+    take the CSR route: offsets of the index (scatter: of its stable torch.sort, src's rows gathered in that
+    order), then the CSR ops, with the same bits."""
+    if src.device.type == "cpu":
+        return True
+    if not torch.jit.is_scripting():
+        return src.device.type == "cuda" and _CUDA_SCATTER_OPS
+    return False
 
 
 def _original_arg(arg: Tensor, perm: Tensor, dim: int, n: int) -> Tensor:

@@ -8,10 +8,11 @@ reduction of the sorted index, whatever the thread count: the result is bitwise 
 thread count, and the same as on the sorted index; min/max ties go to the first position in ``src``. On the CPU
 they read ``src`` in place: a sorted index in one pass over index and ``src``; any other order by a stable
 partition of the rows by ranges of targets and a counting sort of each range in cache (docs/design.md,
-"scatter on the CPU"). Elsewhere (CUDA: these ops have no CUDA kernel yet) a stable torch.sort of the
-index, src's rows gathered in that order and the CSR ops, with the same bits (_segment.py's CSR route). A sort of the
-index can be kept (:func:`scatter_plan`) and reused by every call with the same index (the ``plan=``
-argument): on the CPU the rows are then read through its permutation, never copied.
+"scatter on the CPU"). On CUDA (a build with the opt-in TORCH_SEGOPS_CUDA_SCATTER) they run the CSR kernels over
+torch's stable sort of the index, reading src's rows through its permutation (docs/cuda.md); without these kernels, a stable torch.sort of the index, src's
+rows gathered in that order and the CSR ops, with the same bits (_segment.py's CSR route). A sort of the index can
+be kept (:func:`scatter_plan`) and reused by every call with the same index (the ``plan=`` argument): the rows are
+then read through its permutation, never copied (on a device without the kernels: gathered).
 
 Broadcasting follows pytorch_scatter: a 1-D ``index`` applies along ``dim``; a longer one gets size-1
 dims appended and is expanded to ``src.shape``. When the index does not vary along the dims after

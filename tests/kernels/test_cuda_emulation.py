@@ -1,6 +1,7 @@
 """The CUDA kernels, emulated on the host (tests/cuda_emulation/emulate_kernels.cpp) under AddressSanitizer/UBSan:
 the real kernel functors against a naive reference, thread orders, invalid indptr, the error protocol, COO, special
-values, messages; and the block emulation's own controls.
+values, messages; and the block emulation's own controls. The scatter ops' drivers: emulate_scatter.cpp, its own
+executable (one test, and its control).
 
 The executable is compiled once per run (by the first xdist worker that needs it; the others wait for it) and run
 in parts, each part a test of its own, so that two workers share the run (docs/ci.md). Together the parts check
@@ -20,6 +21,7 @@ import pytest
 import cpp_checks
 
 SOURCE = "tests/cuda_emulation/emulate_kernels.cpp"
+SCATTER_SOURCE = "tests/cuda_emulation/emulate_scatter.cpp"  # the scatter ops' drivers (cuda/scatter_kernels.cuh)
 FIBER_CONTROL = os.path.join(cpp_checks.REPO, "tests", "cuda_emulation", "fiber_stack_control.cpp")
 FLAGS = ("-O1", "-DSEGOPS_EMU_QUICK", "-fno-strict-aliasing")  # -O1 pays for its compile (docs/ci.md)
 KERNEL_SHARDS = 3
@@ -29,25 +31,45 @@ PARTS["others"] = (["--only", "protocol,coo,specials,messages"], 1)  # seconds t
 ALL_PARTS_CHECK_AT_LEAST = 1_000_000
 
 
-@pytest.fixture(scope="session")
-def emulator(shared_dir):
-    """The executable, built once for all workers (its compile takes minutes with the sanitizers)."""
+def _built_once(shared_dir, source: str) -> str:
+    """The executable of an emulation source, built once for all workers (its compile takes minutes with the
+    sanitizers)."""
     from filelock import FileLock
 
-    exe, failed = shared_dir / "emulate_kernels", shared_dir / "emulate_kernels.failed"
-    with FileLock(str(shared_dir / "emulate_kernels.lock")):
+    name = os.path.splitext(os.path.basename(source))[0]
+    exe, failed = shared_dir / name, shared_dir / f"{name}.failed"
+    with FileLock(str(shared_dir / f"{name}.lock")):
         if failed.exists():
             pytest.fail(f"the emulation did not compile (another worker tried):\n{failed.read_text()}")
         if not exe.exists():
-            work = shared_dir / "emulate_kernels-build"
+            work = shared_dir / f"{name}-build"
             work.mkdir(exist_ok=True)
             try:
-                built = cpp_checks.build(work, SOURCE, *FLAGS)
+                built = cpp_checks.build(work, source, *FLAGS)
             except AssertionError as e:
                 failed.write_text(str(e))
                 raise
             os.replace(built, exe)
     return str(exe)
+
+
+@pytest.fixture(scope="session")
+def emulator(shared_dir):
+    return _built_once(shared_dir, SOURCE)
+
+
+@pytest.fixture(scope="session")
+def scatter_emulator(shared_dir):
+    return _built_once(shared_dir, SCATTER_SOURCE)
+
+
+def _assert_every_row_checked(out: str, label: str) -> None:
+    """The line `label: sum N mean N ...` names every row of the registry, in its order, each checked."""
+    row_checks = re.search(label + r": (.*)", out)
+    assert row_checks, out
+    by_row = dict(re.findall(r"(\w+) (\d+)", row_checks.group(1)))
+    assert list(by_row) == [name for _, name, *_ in cpp_checks.registry_rows()], by_row
+    assert all(int(n) > 0 for n in by_row.values()), by_row
 
 
 def _counts(out: str) -> tuple[int, int]:
@@ -64,13 +86,34 @@ def test_kernels_emulated_on_host(emulator, part):
     passed, failed = _counts(out)
     assert passed >= at_least and failed == 0, out
     if "kernels" in args:  # every row of the registry, its CUDA kernels checked against its reference
-        row_checks = re.search(r"reference checks by reduction: (.*)", out)
-        assert row_checks, out
-        by_row = dict(re.findall(r"(\w+) (\d+)", row_checks.group(1)))
-        assert list(by_row) == [name for _, name, *_ in cpp_checks.registry_rows()], by_row
-        assert all(int(n) > 0 for n in by_row.values()), by_row
+        _assert_every_row_checked(out, "reference checks by reduction")
     # the host twin of compute-sanitizer initcheck: no kernel loaded workspace bytes that no kernel stored
     assert "reads of never-written workspace bytes: 0" in out, out
+
+
+@cpp_checks.needs_gxx_and_torch
+@pytest.mark.xdist_group("emulation-scatter")
+def test_scatter_emulated_on_host(scatter_emulator):
+    """The CUDA scatter ops' drivers (index check, offsets, src read through the stable order, args mapped back,
+    plans) against what scatter did on CUDA before them (a gathered copy reduced by the CSR kernels: bitwise), a
+    float64 reference and the CPU's index messages, for every row of the registry, in every thread order."""
+    out = cpp_checks.run(scatter_emulator, tail=8000, ASAN_OPTIONS="detect_leaks=1")
+    passed, failed = _counts(out)
+    assert passed >= 20_000 and failed == 0, out
+    _assert_every_row_checked(out, "scatter checks by reduction")
+    assert "reads of never-written workspace bytes: 0" in out, out
+
+
+@cpp_checks.needs_gxx_and_torch
+@pytest.mark.xdist_group("emulation-scatter")
+def test_scatter_emulation_fails_an_off_by_one(scatter_emulator):
+    """The control: the same checks with one offset of every index row off by one (the scatter then folds a row
+    into the wrong target) fail."""
+    bad = subprocess.run([scatter_emulator, "--control"], capture_output=True, text=True,
+                         env=dict(os.environ, ASAN_OPTIONS="detect_leaks=1"))
+    assert bad.returncode != 0, bad.stdout[-3000:]
+    passed, failed = _counts(bad.stdout)
+    assert failed > 100 and "differs from the gathered copy" in bad.stderr, (failed, bad.stderr[-3000:])
 
 
 def test_parts_cover_the_whole_run():
