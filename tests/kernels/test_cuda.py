@@ -703,9 +703,14 @@ def test_scatter_ops_bits_of_the_sorted_csr_route(case, name, kind, index_dtype,
     along_plan = plan_op(s, perm, _ops.index_to_indptr(i, size, False))
     by_sorted = op(s, i, size, True) if kind != "shuffled" else got
     ran_only_on_plan()
-    _assert_bits(got, want, f"scatter_{name} {kind}")
-    _assert_bits(along_plan, want, f"scatter_{name}_plan {kind}")
-    _assert_bits(by_sorted, want, f"scatter_{name} sorted=True {kind}")
+    # The CPU folds one feature in row order (docs/design.md, "scatter on the CPU"): other bits than the CSR route's
+    # there, except for min/max and sorted=True; the dry run then checks those within rounding, below.
+    row_order = s.device.type == "cpu" and feat == 1 and not isinstance(got, tuple)
+    if not row_order:
+        _assert_bits(got, want, f"scatter_{name} {kind}")
+        _assert_bits(along_plan, want, f"scatter_{name}_plan {kind}")
+    if not (row_order and kind == "shuffled"):
+        _assert_bits(by_sorted, want, f"scatter_{name} sorted=True {kind}")
     cpu = op(src, index, size, False)
     if isinstance(cpu, tuple):  # min/max: exact, ties to the first position
         _assert_bits(got, cpu, f"scatter_{name} against the CPU")
