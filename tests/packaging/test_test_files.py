@@ -83,9 +83,8 @@ def test_cuda_dry_run_catches_a_parametrize_on_a_helper(tmp_path):
     assert src.count(deco) == 1 and "def _cut_indptr" in src
     src = src.replace(deco, "").replace("def _cut_indptr", deco + "def _cut_indptr")
     (tmp_path / "test_cuda.py").write_text(src)
-    with open(tmp_path / "cpp_checks.py", "w") as fh:  # the repository's, where its paths hold
-        fh.write(f"import sys\nsys.path.insert(0, {TESTS!r})\nsys.modules.pop(__name__)\nfrom cpp_checks import *  # noqa\n")
-    cp = _dry_run(str(tmp_path), "-k", "large and merge-F16 and not short-segments")
+    cp = _pytest([str(tmp_path / "test_cuda.py"), "-q", "-ra", "-k", "large and merge-F16 and not short-segments"],
+                 cwd=str(tmp_path), TORCH_SEGOPS_CUDA_TESTS_DEVICE="cpu", PYTHONPATH=TESTS)  # cpp_checks: the repository's
     out = cp.stdout + cp.stderr
     assert cp.returncode != 0 and "fixture 'name' not found" in out, out[-4000:]
 
