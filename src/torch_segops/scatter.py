@@ -30,7 +30,7 @@ from torch import Tensor
 from ._arguments import (check_has_dims, check_index_dtype, check_index_values, check_same_device, check_size,
                          check_type, scatter_arg_types, scatter_dim_and_size, scatter_index_shape, size_arg)
 from ._reductions import has_arg, reduction_of
-from ._segment import has_scatter_ops, lead_to_dim, reduce_by_index, scatter_nothing, sort_index
+from ._segment import lead_to_dim, reduce_by_index, scatter_nothing, sort_index
 
 
 class ScatterPlan(NamedTuple):
@@ -103,7 +103,7 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
             raise ValueError(f"torch_segops.{fn}: the plan was made for dim_size={plan.indptr.size(-1) - 1}, "
                              f"not {size}")
         one_feature = src.numel() == _rows_before(src, dim) * src.size(dim)
-        if not (one_feature and has_scatter_ops(src)):
+        if not (one_feature and src.device.type == "cpu"):
             perm, indptr = lead_to_dim(plan.perm, dim), lead_to_dim(plan.indptr, dim)
             # pytorch_scatter's scatter_mean divides integers with floor
             return reduce_by_index(fn, src, perm, -1, out, reduce, "floor", False, None, perm, indptr)
