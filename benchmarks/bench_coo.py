@@ -37,7 +37,8 @@ SHAPES = [("1M x 64", 1_000_000, 64), ("4M x 8", 4_000_000, 8), ("20M x 1", 20_0
 GNN_ORDERS = ("shuffled",)
 QUICK = [("100k x 16", 100_000, 16), ("1M x 1", 1_000_000, 1)]
 ROWS_PER_TARGET = 10
-NATIVE = {"sum": "sum", "mean": "mean", "max": "amax"}
+REDUCTIONS = ("sum", "mean", "mul", "min", "max")
+NATIVE = {"sum": "sum", "mean": "mean", "mul": "prod", "min": "amin", "max": "amax"}
 
 
 def _inputs(rows: int, feat: int, order: str):
@@ -50,7 +51,7 @@ def _inputs(rows: int, feat: int, order: str):
     return src, index, n
 
 
-def cases(rows: int, feat: int, orders=("sorted", "shuffled")):
+def cases(rows: int, feat: int, orders=("sorted", "shuffled"), reductions=REDUCTIONS):
     """(case, index order, {candidate: fn}); "segops" is ours, "pytorch_scatter" the anchor."""
     for order in orders:
         src, index, n = _inputs(rows, feat, order)
@@ -58,7 +59,7 @@ def cases(rows: int, feat: int, orders=("sorted", "shuffled")):
         idx_x = index.view(-1, *[1] * len(feat_shape)).expand(src.shape)
         zeros = lambda: torch.zeros((n, *feat_shape), dtype=src.dtype)  # noqa: E731
         if order == "sorted":
-            for op in ("sum", "max"):
+            for op in [r for r in reductions if r != "mul"]:  # pytorch_scatter's segment_coo has no mul
                 yield f"segment_coo {op}", order, {
                     "segops": lambda op=op: so.segment_coo(src, index, dim_size=n, reduce=op),
                     "pytorch_scatter": ts and (lambda op=op: ts.segment_coo(src, index, dim_size=n, reduce=op)),
@@ -69,7 +70,7 @@ def cases(rows: int, feat: int, orders=("sorted", "shuffled")):
                 "pytorch_scatter": ts and (lambda: ts.gather_coo(table, index)),
                 "torch index_select": lambda: table.index_select(0, index),
             }
-        for op in ("sum", "mean", "max"):
+        for op in reductions:
             fns = {
                 "segops": lambda op=op: so.scatter(src, index, 0, dim_size=n, reduce=op),
                 "pytorch_scatter": ts and (lambda op=op: ts.scatter(src, index, 0, dim_size=n, reduce=op)),
@@ -82,7 +83,7 @@ def cases(rows: int, feat: int, orders=("sorted", "shuffled")):
                 fns["segment_coo"] = lambda op=op: so.segment_coo(src, index, dim_size=n, reduce=op)
             yield f"scatter {op}", order, fns
         plan = so.scatter_plan(index, n)
-        for op in ("sum", "mean", "max"):
+        for op in reductions:
             fns = {
                 "segops": lambda op=op: so.scatter(src, index, 0, dim_size=n, reduce=op, plan=plan),
                 "pytorch_scatter": ts and (lambda op=op: ts.scatter(src, index, 0, dim_size=n, reduce=op)),
@@ -105,6 +106,7 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=15.0, help="time budget per case")
     ap.add_argument("--shapes", help="comma-separated labels of SHAPES to run (default: all)")
     ap.add_argument("--orders", default="sorted,shuffled", help="index orders to run")
+    ap.add_argument("--reduce", default=",".join(REDUCTIONS), help="comma-separated reductions of the scatter cases")
     ap.add_argument("--threads", help="comma-separated thread counts, each run in turn (default: torch's)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: time.process_time (one thread on a loaded machine; with more, it counts spinning)")
@@ -122,7 +124,7 @@ def main() -> None:
         torch.set_num_threads(threads)
         rounds = args.rounds if rows < 10_000_000 else max(3, args.rounds - 2)
         orders = [o for o in args.orders.split(",") if not label.startswith("GNN") or o in GNN_ORDERS]
-        for case, order, fns in cases(rows, feat, orders):
+        for case, order, fns in cases(rows, feat, orders, args.reduce.split(",")):
             fns = {k: v for k, v in fns.items() if v}
             med, per_round = C.interleaved_times(fns, rounds=rounds, repeats=2, max_seconds=args.max_seconds,
                                                  clock=clock)

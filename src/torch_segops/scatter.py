@@ -1,18 +1,21 @@
 """pytorch_scatter's ``scatter`` for an index in any order, deterministic: each target's rows are folded in
-their order in ``src``, bitwise as the CSR segment reductions fold them on the stably sorted index.
+their order in ``src``, the result bitwise the same run to run and for any thread count.
 
 ``torch.Tensor.scatter_reduce_`` / ``index_add_`` add in whatever order threads (CPU) or atomics (CUDA)
 arrive, so float results change from run to run on the GPU. Here the ops ``torch.ops.torch_segops.scatter_<name>``
-fix, for every output row, the order of its inputs (their order in ``src``) and the chunk borders of the CSR
-reduction of the sorted index, whatever the thread count: the result is bitwise the same run to run, for any
-thread count, and the same as on the sorted index; min/max ties go to the first position in ``src``. On the CPU
-they read ``src`` in place: a sorted index in one pass over index and ``src``; any other order by a stable
-partition of the rows by ranges of targets and a counting sort of each range in cache (docs/design.md,
-"scatter on the CPU"). On CUDA (a build with the opt-in TORCH_SEGOPS_CUDA_SCATTER) they run the CSR kernels over
-torch's stable sort of the index, reading src's rows through its permutation (docs/cuda.md); without these kernels, a stable torch.sort of the index, src's
-rows gathered in that order and the CSR ops, with the same bits (_segment.py's CSR route). A sort of the index can
+fix, for every output row, the order of its inputs (their order in ``src``); min/max ties go to the first
+position in ``src``. Rows of several features get the bits of the CSR segment reductions on the stably sorted
+index (their chunk borders included); on the CPU, rows of one feature (sum, mean, mul) are folded serially in
+row order from the reducer's identity, the bits of torch's 1-D ``scatter_add_`` and pytorch_scatter's CPU
+(docs/design.md, "scatter on the CPU"). On the CPU the ops read ``src`` in place: a sorted index in one pass over
+index and ``src``; any other order in one pass (one feature, while few threads share the call and its states stay
+in cache) or by a stable partition of the rows by ranges of targets, each range reduced in cache. On CUDA (a build with the opt-in
+TORCH_SEGOPS_CUDA_SCATTER) they run the CSR kernels over torch's stable sort of the index, reading src's rows
+through its permutation (docs/cuda.md); without these kernels, a stable torch.sort of the index, src's rows
+gathered in that order and the CSR ops, with the same bits (_segment.py's CSR route). A sort of the index can
 be kept (:func:`scatter_plan`) and reused by every call with the same index (the ``plan=`` argument): the rows are
-then read through its permutation, never copied (on a device without the kernels: gathered).
+then read through its permutation, never copied (on a device without the kernels: gathered; on the CPU, rows
+of one feature read the index instead, where a sort saves nothing).
 
 Broadcasting follows pytorch_scatter: a 1-D ``index`` applies along ``dim``; a longer one gets size-1
 dims appended and is expanded to ``src.shape``. When the index does not vary along the dims after

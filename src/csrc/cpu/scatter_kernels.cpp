@@ -45,6 +45,7 @@ constexpr int64_t kBucketRows = 1 << 15;        // rows a range holds on average
 constexpr int64_t kCarryBytes = 16;             // rows of at most this many bytes travel with the partition
 constexpr int64_t kSerialElems = 1 << 17;       // src elements below which a call opens no parallel region
 constexpr int64_t kStateBytes = 8 << 20;        // one feature: the most a one pass keeps in state arrays
+constexpr int64_t kCachedOutputBytes = 4 << 20;  // one feature: an output a one pass updates in cache
 const int64_t kZero = 0;                        // the one batch offset of a single indptr row
 
 // body(i0, i1) over [0, n) in pieces of `grain`, each taken by whichever thread is free (threads of a busy
@@ -552,7 +553,12 @@ int scatter_index_typed(const ScatterArgs& a, bool sorted, T* out, int64_t* arg)
   if (sorted) return kIndexUnsorted;  // (or out of range: the host finds which, and where)
   bad = false;
   const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
-  const bool one_pass = serial || threads == 1 || may_be_sorted;
+  // A sum or product folds into an output that fits in cache in one pass on 2 threads too: the partition's
+  // passes cost about 3 one-pass rows a row there (1.75 beyond; measured on 1 and 2 threads, docs/design.md),
+  // so it pays from 3 threads on (a mean's state arrays make its one pass dearer: 2 threads partition it).
+  const bool cached_output = S * static_cast<int64_t>(sizeof(T)) <= kCachedOutputBytes;
+  const bool one_pass =
+      serial || threads == 1 || may_be_sorted || (kStateInOutput<Op, T> && threads == 2 && cached_output);
   auto batch = [&](int64_t b, bool alone) {
     const T* sb = src + b * N * F;
     const I* xb = x + a.row_of_batch[b] * N;
