@@ -93,8 +93,9 @@ message(STATUS "torch_segops: CUDA ${CMAKE_CUDA_COMPILER_VERSION} (${CMAKE_CUDA_
 # ---- sources and flags ---------------------------------------------------------------------------
 target_sources(torch_segops_C PRIVATE "${PROJECT_SOURCE_DIR}/src/csrc/cuda/segment_cuda.cu"
                                      "${PROJECT_SOURCE_DIR}/src/csrc/cuda/coo_cuda.cu")
-# The scatter ops' CUDA kernels (issue #38) are opt-in until their every-arch build check and a GPU run land
-# (docs/cuda.md, "Scatter"); without them scatter on CUDA takes the CSR route (torch.sort, gather, CSR ops).
+# The scatter ops' CUDA kernels (issue #38) are opt-in until a GPU has run them (docs/cuda.md, "Scatter"; they
+# build for every architecture without a warning); without them scatter on CUDA takes the CSR route (torch.sort,
+# gather, CSR ops).
 option(TORCH_SEGOPS_CUDA_SCATTER "build the scatter ops' CUDA kernels (src/csrc/cuda/scatter_cuda.cu)" OFF)
 if(TORCH_SEGOPS_CUDA_SCATTER)
   target_sources(torch_segops_C PRIVATE "${PROJECT_SOURCE_DIR}/src/csrc/cuda/scatter_cuda.cu")

@@ -89,8 +89,8 @@ def recorded_ops(monkeypatch):
 # ---- running the suite in parallel (pytest-xdist, tools/test.sh; docs/ci.md) -------------------------------
 # The groups that take minutes, longest first: started first, they do not leave one worker busy at the end.
 HEAVY_FIRST = ["test_recipe_e2e.py:cuda130", "emulation-kernels-0", "test_cuda_build.py", "emulation-kernels-1",
-               "test_recipe_e2e.py:cpu", "emulation-kernels-2", "test_aarch64.py", "test_torch_headers.py",
-               "torch-headers-newest", "test_gpu_model.py", "test_cpu_isa.py"]
+               "test_recipe_e2e.py:cpu", "cuda-scatter-sm90", "emulation-kernels-2", "test_aarch64.py",
+               "test_torch_headers.py", "torch-headers-newest", "test_gpu_model.py", "test_cpu_isa.py"]
 
 
 def _group(item) -> str:

@@ -174,7 +174,7 @@ Result new_route(const Problem& pb, const std::vector<I>& idx, const Buf<float>&
   host_order(pb, order, host_off);
   Buf<int64_t> off(static_cast<size_t>(pb.rows() * (pb.S + 1)));
   Outputs<Op, kArg> o(pb.B() * pb.S * pb.F);
-  const PermLoad<float> load{src.p, sorted ? nullptr : order.data(), pb.map(pb.N), pb.N, pb.F};
+  const PermLoad<float> load = perm_load(ex, src.p, sorted ? nullptr : order.data(), pb.map(pb.N), pb.B(), pb.N, pb.F);
   const Geometry g = geometry(pb, off.p);
   if (!g_control) {
     run_scatter<Op>(ex, g, off.p, ix, load, o.out.p, o.arg_ptr(), aligned_to(src.p, 16), t, 7);
@@ -209,7 +209,7 @@ Result plan_route(const Problem& pb, const Buf<float>& src, const Tuning& t) {
   launch_plan_check(ex, g, perm.p, pb.rows(), words.p, 5);
   EXPECT(words[0] == kNoError && words[1] == kNoError, "a good plan was found bad");
   Outputs<Op, kArg> o(pb.B() * pb.S * pb.F);
-  run_plan<Op>(ex, g, PermLoad<float>{src.p, perm.p, pb.map(pb.N), pb.N, pb.F}, o.out.p, o.arg_ptr(),
+  run_plan<Op>(ex, g, perm_load(ex, src.p, perm.p, pb.map(pb.N), pb.B(), pb.N, pb.F), o.out.p, o.arg_ptr(),
                aligned_to(src.p, 16), t);
   return o.result();
 }
@@ -234,7 +234,7 @@ Result old_route(const Problem& pb, const Tuning& t) {
   Outputs<Op, kArg> o(B * pb.S * F);
   // (PermLoad without an order loads the copy as SrcLoad does, load_vec: the same kernels serve both routes,
   // which halves what this file compiles; tests/kernels/test_cuda.py compares with the real CSR ops on a GPU)
-  run_reduce<Op>(ex, geometry(pb, off.p), PermLoad<float>{copy.p, nullptr, BatchMap{}, N, F}, o.out.p,
+  run_reduce<Op>(ex, geometry(pb, off.p), PermLoad<float>{copy.p, nullptr, nullptr, N, F}, o.out.p,
                  o.arg_ptr(), ErrorContext{}, aligned_to(copy.p, 16), t);
   Result r = o.result();
   for (int64_t e = 0; e < static_cast<int64_t>(r.arg.size()); ++e) {
@@ -359,7 +359,10 @@ template <Reduce R> void check_row(const Tunings& ts) {
   };
   const Shape shapes[] = {{1, 1, 300, 40, 1, false}, {1, 1, 200, 7, 8, false}, {1, 1, 150, 60, 3, false},
                           {2, 3, 40, 6, 1, false},   {2, 3, 40, 6, 4, true},   {3, 1, 90, 200, 2, false},
-                          {1, 1, 0, 5, 4, false},    {2, 1, 0, 3, 1, true},    {1, 1, 1, 1, 1, false}};
+                          {1, 1, 0, 5, 4, false},    {2, 1, 0, 3, 1, true},    {1, 1, 1, 1, 1, false},
+                          // batches whose rows end inside a vector (PermLoad's walk into the next batch's row)
+                          {2, 3, 37, 6, 1, false},   {2, 3, 37, 6, 1, true},   {3, 1, 45, 20, 3, false},
+                          {2, 2, 29, 9, 6, true}};
   const Tuning* tunings[] = {&ts.dflt, &ts.tiny, &ts.tiny_short, &ts.tiny_merge_only};
   int i = 0;
   for (const Shape& sh : shapes) {

@@ -6,6 +6,8 @@
   CUDA runtime, C/C++ runtime only), the shared cudart dependency and the build-info strings;
 - checks the CMake architecture selection (defaults from cmake/cuda_architectures.txt, CUDAARCHS,
   unsupported architectures) by configuring only;
+- compiles the opt-in scatter kernels (scatter_cuda.cu, off in that build) for sm_90 with the build's flags: no
+  warning, PTX under its limit, no kernel with a stack frame that is not a spill;
 The kernels' host emulation under AddressSanitizer/UBSan is tests/kernels/test_cuda_emulation.py.
 
 Skipped, with the reason shown by `pytest -ra`, when nvcc is absent.
@@ -240,6 +242,62 @@ def test_local_memory_that_issue_37_removed_stays_out(built):
     assert len(lse16) == 8, [r.kernel for r in lse16]
     assert all(r.stack == 0 and r.spill_stores == 0 and r.spill_loads == 0 for r in lse16), \
         [(r.arch, r.kernel, r.stack, r.spill_stores) for r in lse16]
+
+
+SCATTER_KERNELS = ("ReduceShort<", "ReduceMain<", "ReduceFlatBlock<")  # the kernels that load src through PermLoad
+SCATTER_PTX_LIMIT = 64 << 20  # bytes of sm_90 PTX (30 MB on 2026-11-28; 100 MB when ptxas ran past 30 minutes)
+
+
+@pytest.fixture(scope="module")
+def scatter_sm90(tmp_path_factory):
+    """scatter_cuda.cu, the opt-in scatter kernels (TORCH_SEGOPS_CUDA_SCATTER, off in `built`), compiled with the
+    build's own flags (a configure of its own: no wait for `built`) for sm_90 alone, in two steps so that a PTX
+    blown up again fails before ptxas takes half an hour: (front end's log, PTX bytes, ptxas's log, resources)."""
+    if NVCC is None:
+        pytest.skip("nvcc not found")
+    bdir = str(tmp_path_factory.mktemp("scatter-sm90"))
+    cp = cuda_build.configure(bdir, NVCC, "90-real")
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    source, ptx = os.path.join(REPO, "src", "csrc", "cuda", "scatter_cuda.cu"), os.path.join(bdir, "scatter.ptx")
+    front = cuda_old_archs.ptx_like_the_build(bdir, source, ptx, arch=90)
+    assert front.returncode == 0, (front.stdout + front.stderr)[-5000:]
+    size = os.path.getsize(ptx)
+    assert size < SCATTER_PTX_LIMIT, f"scatter_cuda.cu's sm_90 PTX is {size >> 20} MiB (docs/cuda.md, 'Scatter')"
+    back = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "--resource-usage", "--Werror=all-warnings", ptx, "-o",
+                           os.path.join(bdir, "scatter.cubin")], capture_output=True, text=True, cwd=bdir)
+    log = back.stdout + back.stderr
+    assert back.returncode == 0, log[-5000:]
+    return front.stdout + front.stderr, size, log, ptxas_resources.resource_usage(log)
+
+
+@needs_nvcc
+@pytest.mark.xdist_group("cuda-scatter-sm90")
+def test_scatter_kernels_compile_without_a_warning(scatter_sm90):
+    """The scatter kernels are built by the recipes only on request, so CI compiles them here: nvcc prints no
+    warning (each is an error: it would have stopped the compile), the PTX stays under its limit (the fixture), and
+    every reduction kernel that reads src through the order is there, for each reducer and dtype."""
+    front, _, back, rows = scatter_sm90
+    for log in (front, back):
+        assert not re.search(r"warning #?\d*-?D?:|\bwarning\b.*:", log, re.I), \
+            [line for line in log.splitlines() if "warning" in line.lower()][:10]
+    for name in SCATTER_KERNELS:
+        kernels = {r.kernel for r in rows if r.kernel.startswith(name) and "PermLoad" in r.kernel}
+        assert len(kernels) >= 32, (name, sorted(kernels)[:5])
+
+
+@needs_nvcc
+@pytest.mark.xdist_group("cuda-scatter-sm90")
+def test_scatter_loads_keep_no_object_in_local_memory(scatter_sm90):
+    """PermLoad reads a batch's row of the order from a table (BatchRows), not through BatchMap::offset: inlined,
+    its 64-bit divisions took ptxas past 30 minutes an architecture; out of line, the call put the load object on
+    the stack of every kernel (a 248-808 byte frame without a spill). A frame without spills is such an object
+    (the rule issue 37 set for ReduceShort); frames with spills are register pressure, reported by
+    tools/check_cuda_build.py --resources."""
+    rows = scatter_sm90[3]
+    scatter = [r for r in rows if "PermLoad" in r.kernel]
+    assert scatter, "no PermLoad kernel in ptxas's output"
+    framed = [(r.kernel[:90], r.stack) for r in scatter if r.stack and not (r.spill_stores or r.spill_loads)]
+    assert not framed, framed
 
 
 @needs_nvcc

@@ -187,7 +187,8 @@ struct ScatterOps {
       reduce(a, op, out, arg, [&](auto op_tag, auto* x, auto* o, int64_t* ag, bool aligned) {
         using Op = typename decltype(op_tag)::type;
         using T = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
-        return run_scatter<Op>(call, g, off, ix, PermLoad<T>{x, ord, order_map, a.N, a.F}, o, ag, aligned, t);
+        return run_scatter<Op>(call, g, off, ix, perm_load(call, x, ord, order_map, a.B, a.N, a.F), o, ag, aligned,
+                               t);
       });
     });
     call.finish();
@@ -220,7 +221,7 @@ struct ScatterOps {
       reduce(a, op, out, arg, [&](auto op_tag, auto* x, auto* o, int64_t* ag, bool aligned) {
         using Op = typename decltype(op_tag)::type;
         using T = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
-        return run_plan<Op>(call, g, PermLoad<T>{x, ord, order_map, a.N, a.F}, o, ag, aligned, t);
+        return run_plan<Op>(call, g, perm_load(call, x, ord, order_map, a.B, a.N, a.F), o, ag, aligned, t);
       });
     }
     call.finish();

@@ -17,26 +17,57 @@
 namespace torch_segops {
 namespace cuda {
 
-// The [B, N, F] input read through an order ([rows, N] positions; batch b's row at map.offset(b)): element e of
-// the ordered rows (row r = e / F of batch b = r / N) is element f of src's row order[b's row, r - b * N] of
-// batch b. order null: src as it is. A vector of V elements stays inside one row where F % V == 0 (the lanes
-// of the CSR kernels); F == 1 vectors (ReduceFlatBlock's) are V rows, each read through the order.
+// The [B, N, F] input read through an order ([rows, N] positions): element e of the ordered rows (row r = e / F of
+// batch b = r / N) is element f of src's row order[batch_rows[b] + r - b * N] of batch b (batch_rows: the element
+// offset of each batch's row of the order, a table that perm_load makes; null for one batch). order null: src as
+// it is. A vector of V elements stays inside one row where F % V == 0 (the lanes of the CSR kernels); other
+// vectors (F == 1: ReduceFlatBlock's V rows) are loaded element by element, each row read through the order.
+// (A position costs at most two 64-bit divisions a vector: with BatchMap::offset's divisions inlined into every
+// element load of the unrolled kernels, ptxas's input was 100 MB and its run longer than 30 minutes an
+// architecture; called out of line instead, every kernel got a 248-808 byte stack frame.)
 template <typename T> struct PermLoad {
   using A = acc_t<T>;
   static constexpr int kVec = static_cast<int>(16 / sizeof(T));  // elements per 16-byte load
   const T* x = nullptr;
   const int64_t* order = nullptr;
-  BatchMap map;  // element offset of batch b's row of the order
+  const int64_t* batch_rows = nullptr;
   int64_t N = 0, F = 1;
+  // src's row of row r of the ordered rows.
+  SEGOPS_HD int64_t src_row(int64_t r) const {
+    if (batch_rows == nullptr) return rd(order + r);
+    const int64_t b = r / N;
+    return b * N + rd(order + rd(batch_rows + b) + (r - b * N));
+  }
   SEGOPS_HD int64_t at(int64_t e) const {
     if (order == nullptr) return e;
-    const int64_t r = F == 1 ? e : e / F, b = r / N, k = r - b * N;
-    return (b * N + rd(order + map.offset(b) + k)) * F + (e - r * F);
+    const int64_t r = F == 1 ? e : e / F;
+    return src_row(r) * F + (e - r * F);
   }
   template <int V> SEGOPS_HD void load(int64_t e, A (&o)[V]) const {
     if (V == 1 || F % V == 0) {
       load_vec<V>(x, at(e), o);
-    } else {
+    } else if (F == 1 && order != nullptr) {  // V rows (ReduceFlatBlock's vectors), walked from e's
+      int64_t b = 0, k = e, q = e;               // batch, its row, the row's position in the order
+      if (batch_rows != nullptr) {
+        b = e / N;
+        k = e - b * N;
+        q = rd(batch_rows + b) + k;
+      }
+SEGOPS_UNROLL
+      for (int i = 0; i < V; ++i) {
+        if (i > 0) {  // the next row (every row of the vector is one of the input's)
+          ++q;
+          if (batch_rows != nullptr && ++k == N) {
+            k = 0;
+            q = rd(batch_rows + ++b);
+          }
+        }
+        A one[1];
+        load_vec<1>(x, b * N + rd(order + q), one);
+        o[i] = one[0];
+      }
+    } else {  // element by element (no order, or F > 1 with F % V != 0, which no kernel loads: ReduceMain and
+              // ReduceShort take V > 1 only where F % V == 0)
 SEGOPS_UNROLL
       for (int i = 0; i < V; ++i) {
         A one[1];
@@ -49,17 +80,24 @@ SEGOPS_UNROLL
   template <int V> SEGOPS_HD void load_raw(int64_t e, A (&r)[V]) const { load<V>(e, r); }
 };
 
+// Thread b writes the element offset of batch b's row of the order (PermLoad's batch_rows).
+struct BatchRows {
+  BatchMap map;
+  int64_t* rows = nullptr;
+  SEGOPS_HD void operator()(int64_t b) const { wr(rows + b, map.offset(b)); }
+};
+
 // An arg found in the ordered rows (a position in the order) as the position in src: thread tid maps element
 // tid of the [B, S, F] arg; N (an empty target) stays.
 struct MapArg {
   int64_t* arg = nullptr;
   const int64_t* order = nullptr;
-  BatchMap map;
-  int64_t N = 0, SF = 1;  // SF: S * F, the elements of a batch
+  const int64_t* batch_rows = nullptr;  // as PermLoad's
+  int64_t N = 0, SF = 1;                // SF: S * F, the elements of a batch
   SEGOPS_HD void operator()(int64_t tid) const {
     const int64_t a = rd(arg + tid);
     if (a < 0 || a >= N) return;
-    wr(arg + tid, rd(order + map.offset(tid / SF) + a));
+    wr(arg + tid, rd(order + (batch_rows == nullptr ? 0 : rd(batch_rows + tid / SF)) + a));
   }
 };
 
@@ -83,6 +121,20 @@ struct OrderCheck {
 
 // ---- drivers (host) ------------------------------------------------------------------------------------
 // Exec as in drivers.cuh, plus zero() (coo_kernels.cuh).
+
+// The [B, N, F] input x read through order ([rows, N]; null: x as it is), batch b's row of the order at element
+// map.offset(b): with several batches, their offsets go to a table in ex's workspace (BatchRows).
+template <class Exec, typename T>
+PermLoad<T> perm_load(Exec& ex, const T* x, const int64_t* order, const BatchMap& map, int64_t B, int64_t N,
+                      int64_t F) {
+  PermLoad<T> load{x, order, nullptr, N, F};
+  if (order != nullptr && B > 1) {
+    int64_t* rows = static_cast<int64_t*>(ex.workspace(static_cast<size_t>(B) * sizeof(int64_t)));
+    ex.launch(BatchRows{map, rows}, B);
+    load.batch_rows = rows;
+  }
+  return load;
+}
 
 // The first problem of a [rows, n] index (the CPU's order: a decrease along a row when check_sorted, else a
 // negative value, else a value >= size when size >= 0) into words[0] (index_error_key, tag 0) and
@@ -112,7 +164,7 @@ int run_plan(Exec& ex, const Geometry& g, const PermLoad<T>& load, OutT* out, in
              const Tuning& t = Tuning()) {
   const int kind = run_reduce<Op>(ex, g, load, out, arg, ErrorContext{}, in_aligned, t);
   if (arg != nullptr && load.order != nullptr && g.N > 0) {
-    ex.launch(MapArg{arg, load.order, load.map, g.N, g.S * g.F}, g.B * g.S * g.F);
+    ex.launch(MapArg{arg, load.order, load.batch_rows, g.N, g.S * g.F}, g.B * g.S * g.F);
   }
   return kind;
 }
