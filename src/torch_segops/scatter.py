@@ -9,13 +9,13 @@ index (their chunk borders included); on the CPU, rows of one feature (sum, mean
 row order from the reducer's identity, the bits of torch's 1-D ``scatter_add_`` and pytorch_scatter's CPU
 (docs/design.md, "scatter on the CPU"). On the CPU the ops read ``src`` in place: a sorted index in one pass over
 index and ``src``; any other order in one pass (one feature, while few threads share the call and its states stay
-in cache) or by a stable partition of the rows by ranges of targets, each range reduced in cache. On CUDA (a build with the opt-in
-TORCH_SEGOPS_CUDA_SCATTER) they run the CSR kernels over torch's stable sort of the index, reading src's rows
-through its permutation (docs/cuda.md); without these kernels, a stable torch.sort of the index, src's rows
-gathered in that order and the CSR ops, with the same bits (_segment.py's CSR route). A sort of the index can
-be kept (:func:`scatter_plan`) and reused by every call with the same index (the ``plan=`` argument): the rows are
-then read through its permutation, never copied (on a device without the kernels: gathered; on the CPU, rows
-of one feature read the index instead, where a sort saves nothing).
+in cache) or by a stable partition of the rows by ranges of targets, each range reduced in cache. On CUDA (a
+build with the opt-in TORCH_SEGOPS_CUDA_SCATTER) they run the CSR kernels over torch's stable sort of the index,
+reading src's rows through its permutation (docs/cuda.md); without these kernels, a stable torch.sort of the
+index, src's rows gathered in that order and the CSR ops, with the same bits (_segment.py's CSR route). A sort of
+the index can be kept (:func:`scatter_plan`) and reused by every call with the same index (the ``plan=``
+argument): the rows are then read through its permutation, never copied (on a device without the kernels:
+gathered; on the CPU, rows of one feature read the index instead, where a sort saves nothing).
 
 Broadcasting follows pytorch_scatter: a 1-D ``index`` applies along ``dim``; a longer one gets size-1
 dims appended and is expanded to ``src.shape``. When the index does not vary along the dims after

@@ -44,6 +44,11 @@ def built(tmp_path_factory):
     return cuda_build.build(str(work / "build"), toolchain.CI_ARCHS, NVCC, keep_dir=str(work / "nvcc-keep"))
 
 
+def assert_no_nvcc_warning(log: str) -> None:
+    assert not re.search(r"warning #?\d*-?D?:|\bwarning\b.*:", log, re.I), \
+        [line for line in log.splitlines() if "warning" in line.lower()][:10]
+
+
 # ---- the built library --------------------------------------------------------------------------------
 
 @needs_nvcc
@@ -103,8 +108,7 @@ def test_check_command_fails_when_a_requested_arch_is_missing(built, capsys):
 @needs_nvcc
 def test_nvcc_prints_no_warning(built):
     """Every nvcc warning is an error in the build (cmake/cuda.cmake); the log holds none that slipped through."""
-    assert not re.search(r"warning #?\d*-?D?:|\bwarning\b.*:", built.log, re.I), \
-        [line for line in built.log.splitlines() if "warning" in line.lower()][:10]
+    assert_no_nvcc_warning(built.log)
 
 
 @needs_nvcc
@@ -278,8 +282,7 @@ def test_scatter_kernels_compile_without_a_warning(scatter_sm90):
     every reduction kernel that reads src through the order is there, for each reducer and dtype."""
     front, _, back, rows = scatter_sm90
     for log in (front, back):
-        assert not re.search(r"warning #?\d*-?D?:|\bwarning\b.*:", log, re.I), \
-            [line for line in log.splitlines() if "warning" in line.lower()][:10]
+        assert_no_nvcc_warning(log)
     for name in SCATTER_KERNELS:
         kernels = {r.kernel for r in rows if r.kernel.startswith(name) and "PermLoad" in r.kernel}
         assert len(kernels) >= 32, (name, sorted(kernels)[:5])
