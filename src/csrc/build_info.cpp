@@ -1,4 +1,5 @@
 // What this binary is, for torch_segops.build_info() and the doctor: read through ctypes, no torch needed.
+#include "cpu_isa_list.h"  // generated: TORCH_SEGOPS_CPU_ISAS
 #include "platform.h"
 
 #ifndef TORCH_SEGOPS_CUDA_VERSION
@@ -6,9 +7,6 @@
 #endif
 #ifndef TORCH_SEGOPS_CUDA_ARCHS
 #define TORCH_SEGOPS_CUDA_ARCHS ""
-#endif
-#ifndef TORCH_SEGOPS_CPU_ISAS
-#define TORCH_SEGOPS_CPU_ISAS "baseline"
 #endif
 #ifndef TORCH_SEGOPS_TORCH_HEADERS
 #define TORCH_SEGOPS_TORCH_HEADERS ""

@@ -18,9 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #endif
-#if defined(__clang__) && defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #if defined(__APPLE__)
 #include <torch/csrc/stable/c/shim.h>  // torch_call_dispatcher: an address in libtorch_cpu
@@ -96,47 +93,6 @@ void* torch_cpu_symbol(const char* name) {
 #endif
 }
 
-#if (defined(_M_X64) || defined(__x86_64__)) && !(defined(__GNUC__) && !defined(__clang__))
-// cpuid leaf/subleaf into r (eax, ebx, ecx, edx), and the OS-enabled state mask (XCR0)
-static void cpuid(int leaf, int sub, unsigned r[4]) {
-#if defined(SEGOPS_MSVC)
-  int v[4];
-  __cpuidex(v, leaf, sub);
-  for (int k = 0; k < 4; ++k) r[k] = static_cast<unsigned>(v[k]);
-#else
-  __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
-#endif
-}
-static unsigned long long xcr0() {
-#if defined(SEGOPS_MSVC)
-  return _xgetbv(0);
-#else
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (static_cast<unsigned long long>(hi) << 32) | lo;
-#endif
-}
-#endif
-
-bool cpu_has_x86_64_v3() {
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
-#elif defined(_M_X64) || defined(__x86_64__)
-  // Clang (whose __builtin_cpu_supports lacks "f16c" before version 16) and MSVC: cpuid itself
-  unsigned r[4];
-  cpuid(0, 0, r);
-  if (r[0] < 7) return false;
-  cpuid(1, 0, r);
-  const bool fma = r[2] >> 12 & 1, osxsave = r[2] >> 27 & 1, avx = r[2] >> 28 & 1, f16c = r[2] >> 29 & 1;
-  if (!(fma && osxsave && avx && f16c) || (xcr0() & 0x6) != 0x6) return false;  // the OS saves XMM and YMM
-  cpuid(7, 0, r);
-  return (r[1] >> 3 & 1) && (r[1] >> 5 & 1) && (r[1] >> 8 & 1);  // BMI1, AVX2, BMI2
-#else
-  return false;
-#endif
-}
 
 }  // namespace platform
 }  // namespace torch_segops

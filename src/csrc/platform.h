@@ -74,9 +74,5 @@ void* torch_cpu_symbol(const char* name);
 // available physical memory), or -1 where it cannot tell (macOS, a read failure).
 int64_t available_memory_bytes();
 
-// Whether this CPU and OS run x86-64-v3 code: AVX2, FMA, F16C, BMI1/2 and the OS saving YMM state
-// (GCC/Clang: __builtin_cpu_supports; MSVC: cpuid and xgetbv; other architectures: false).
-bool cpu_has_x86_64_v3();
-
 }  // namespace platform
 }  // namespace torch_segops

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <hwy/highway.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
@@ -38,6 +39,11 @@
 #define SEGOPS_CAT(a, b) SEGOPS_CAT2(a, b)
 #define SEGOPS_STR2(a) #a
 #define SEGOPS_STR(a) SEGOPS_STR2(a)
+// Each object's flags make it Highway's static target (CMakeLists.txt): the avx2 object's are checked here.
+#define SEGOPS_ISA_IS_avx2 1
+#if SEGOPS_CAT(SEGOPS_ISA_IS_, SEGOPS_CPU_ISA) && HWY_STATIC_TARGET != HWY_AVX2
+#error "the avx2 object's flags must make Highway's static target AVX2 (CMakeLists.txt)"
+#endif
 
 namespace torch_segops {
 namespace cpu {
@@ -151,6 +157,7 @@ const Kernels& SEGOPS_CAT(kernels_, SEGOPS_CPU_ISA)() {
   static constexpr Kernels k = [] {
     Kernels t{};
     t.isa = SEGOPS_STR(SEGOPS_CPU_ISA);
+    t.target = HWY_STATIC_TARGET;
     t.segment_reduce = segment_reduce_kernel;
     t.gather = gather_kernel;
     t.softmax = softmax_kernel;

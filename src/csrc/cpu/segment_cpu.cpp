@@ -3,8 +3,6 @@
 // points of segment_ops.h.
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -25,24 +23,7 @@
 #include "segment_ops.h"
 
 namespace torch_segops {
-namespace cpu {
-
-const Kernels& kernels() {
-  static const Kernels& chosen = [&]() -> const Kernels& {
-    const char* force = std::getenv("TORCH_SEGOPS_CPU_ISA");
-    if (force != nullptr && std::strcmp(force, "baseline") == 0) return kernels_baseline();
-#if defined(TORCH_SEGOPS_CPU_AVX2)
-    if (platform::cpu_has_x86_64_v3()) return kernels_avx2();
-#endif
-    return kernels_baseline();
-  }();
-  return chosen;
-}
-
-}  // namespace cpu
-
 namespace {
-
 
 // ---- indptr validation ------------------------------------------------------------------------------
 
@@ -145,10 +126,5 @@ struct CpuBackend {
 
 }  // namespace
 }  // namespace torch_segops
-
-// The kernel set this process runs ("baseline" or "avx2"), for torch_segops.build_info() (ctypes).
-extern "C" SEGOPS_EXPORT const char* torch_segops_cpu_isa() {
-  return torch_segops::cpu::kernels().isa;
-}
 
 STABLE_TORCH_LIBRARY_IMPL(torch_segops, CPU, m) { torch_segops::register_segment_ops<torch_segops::CpuBackend>(m); }
