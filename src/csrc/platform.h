@@ -36,15 +36,6 @@
 #define SEGOPS_COMPILER_VERSION __VERSION__
 #endif
 
-// GCC/Clang vector extensions (`vector_size`): the min/max loops of cpu/extremum_piece.h and arg_extremum_rows16.h
-// use them; without (MSVC, or -DSEGOPS_NO_VECTOR_EXT to check that path) those loops run as scalars.
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(SEGOPS_NO_VECTOR_EXT)
-#define SEGOPS_VECTOR_EXT 1
-#define SEGOPS_VECTOR_TYPE(name, elem, bytes) typedef elem name __attribute__((vector_size(bytes)))
-#else
-#define SEGOPS_VECTOR_EXT 0
-#endif
-
 namespace torch_segops {
 
 // Index of the lowest set bit of x != 0.

@@ -74,7 +74,7 @@ template <typename A> struct MeanOp : SumOp<A> {
 };
 
 // Whether Op is the float sum, finalized as a sum or as a mean: the reducers that the CPU's float-sum fast
-// paths serve (cpu/float_sum_avx2.h, cpu/segment_sums.h; they leave finalize to the caller). Exact types, not
+// paths serve (cpu/float_sum_lanes.h, cpu/segment_sums.h; they leave finalize to the caller). Exact types, not
 // the state's type: a reducer derived from SumOp that folds values in another way must not be summed.
 template <class Op>
 constexpr bool kAddsFloats = std::is_same_v<Op, SumOp<float>> || std::is_same_v<Op, MeanOp<float>>;

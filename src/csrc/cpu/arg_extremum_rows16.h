@@ -1,98 +1,82 @@
-// Min/max with arg of float features in whole rows: 16, 32 or 64 features (NV = 2, 4, 8 vectors) walked
-// row by row over rows [0, count <= kMaxRows16), with the rows as int16 lanes: one comparison mask per
-// pair of value vectors narrows into one vector of row numbers, so values and rows of 64 features take
-// 12 of the 16 AVX2 registers (at 64 the row vectors still spill: a load and a store per row each).
+// Min/max with arg of float features in whole rows: blocks of NV vectors (NV even, 16 to 64 features)
+// walked row by row over rows [0, count <= kMaxRows16), with the rows as int16 lanes: one comparison mask
+// per pair of value vectors narrows into one vector of row numbers, so values and rows of 64 features
+// take 12 of AVX2's 16 registers (at 64 the row vectors still spill: a load and a store per row each).
 // Blocks of 32 features walked each piece twice, half a row at a time; that access pattern, not the
 // instruction count, kept max well behind sum (docs/design.md). The comparison is strict, so a NaN is
 // never taken: NaNs are only noted, and a block that holds one returns false without writing st, for
-// the exact loop of extremum_piece_lanes. Needs the vector extensions (SEGOPS_VECTOR_EXT).
+// the exact loop of extremum_piece_lanes. Targets whose comparison masks are vectors (SEGOPS_ROWS16):
+// AVX-512's mask registers select 32-bit rows directly, and the scalar fallback has no lanes to pack.
 #pragma once
 
 #include <cstdint>
 
-#include "cpu/array_loads.h"
 #include "cpu/extremum_reducers.h"
+#include "cpu/simd.h"
+
+#define SEGOPS_ROWS16 (!SEGOPS_X86_AVX512 && HWY_TARGET != HWY_SCALAR)
 
 namespace torch_segops {
 namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
 
 constexpr int64_t kMaxRows16 = 32767;  // the rows an int16 lane numbers
+constexpr int kF32Lanes = static_cast<int>(hn::MaxLanes(hn::ScalableTag<float>()));
+// Features per whole-row block: 8 vectors of values and 4 of rows (12 of x86's 16 registers), 16 and 8 on
+// aarch64 (32 registers); at most 64.
+constexpr int kRows16Block = (HWY_ARCH_ARM_A64 ? 16 : 8) * kF32Lanes < 64 ? (HWY_ARCH_ARM_A64 ? 16 : 8) * kF32Lanes : 64;
 
-#if SEGOPS_VECTOR_EXT
-SEGOPS_VECTOR_TYPE(RowLanes16, int16_t, 32);
-SEGOPS_VECTOR_TYPE(MaskLanes32, int32_t, 32);
-
-// The masks of two vectors of 8 floats as one of 16 int16 lanes: lanes [0, 4) and [8, 12) from a,
-// [4, 8) and [12, 16) from b (the order of AVX2's 128-bit-lane pack; row_lane names it). Vectors by
-// reference, as in load_lanes.
-[[gnu::always_inline]] inline void narrow_masks(const MaskLanes32& a, const MaskLanes32& b, RowLanes16& to) {
-#if defined(__AVX2__)
-  to = reinterpret_cast<RowLanes16>(_mm256_packs_epi32(reinterpret_cast<__m256i>(a), reinterpret_cast<__m256i>(b)));
-#else
-  for (int l = 0; l < 4; ++l) {  // the pack's order (no __builtin_shufflevector: GCC >= 12 only)
-    to[l] = static_cast<int16_t>(a[l]), to[l + 4] = static_cast<int16_t>(b[l]);
-    to[l + 8] = static_cast<int16_t>(a[l + 4]), to[l + 12] = static_cast<int16_t>(b[l + 4]);
-  }
-#endif
-}
-// idx's lanes where took is set become row's.
-[[gnu::always_inline]] inline void take_rows(const RowLanes16& took, const RowLanes16& row, RowLanes16& idx) {
-#if defined(__AVX2__)
-  idx = reinterpret_cast<RowLanes16>(_mm256_blendv_epi8(reinterpret_cast<__m256i>(idx), reinterpret_cast<__m256i>(row),
-                                                        reinterpret_cast<__m256i>(took)));
-#else
-  idx = took ? row : idx;
-#endif
-}
-// nan's lanes where a or b is NaN become all ones.
-template <class V>
-[[gnu::always_inline]] inline void note_nans(const V& a, const V& b, MaskLanes32& nan) {
-#if defined(__AVX2__)
-  nan |= reinterpret_cast<MaskLanes32>(_mm256_cmp_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), _CMP_UNORD_Q));
-#else
-  nan |= (a != a) | (b != b);
-#endif
-}
-// The int16 lane of narrow_masks(a, b) holding lane l of a (h = 0) or b (h = 1).
-constexpr int row_lane(int h, int l) { return (l < 4 ? l : l + 4) + 4 * h; }
-
+#if SEGOPS_ROWS16
 template <class Op, int NV, class Load>
-[[gnu::always_inline]] inline bool arg_extremum_rows16(typename Op::State* st, const Load& load, int64_t elem0,
-                                                       int64_t F, int64_t pos0, int64_t count) {
-  using L = Lanes<float>;
+HWY_INLINE bool arg_extremum_rows16(typename Op::State* st, const Load& load, int64_t elem0, int64_t F, int64_t pos0,
+                                    int64_t count) {
+  using D = hn::ScalableTag<float>;
+  using D16 = hn::Repartition<int16_t, D>;
+  using DI = hn::RebindToSigned<D>;
+  constexpr int kL = kF32Lanes;
   constexpr bool kIsMax = ArgExtremumF32<Op>::kIsMax;
-  static_assert(NV % 2 == 0 && NV <= 8, "pairs of vectors, at most 64 features");
-  typename L::V m[NV];
-  RowLanes16 idx[NV / 2];
-  for (int v = 0; v < NV; ++v) load_lanes<L>(load, elem0 + v * L::kN, m[v]);
-  for (int j = 0; j < NV / 2; ++j) idx[j] = RowLanes16{};
-  MaskLanes32 nan{};
-  RowLanes16 row{};
+  static_assert(NV % 2 == 0 && NV * kL <= 64, "pairs of vectors, at most 64 features");
+  const D d;
+  const D16 d16;
+  const DI di;
+  hn::Vec<D> m[NV];
+  hn::Vec<D16> idx[NV / 2];
+  for (int v = 0; v < NV; ++v) m[v] = load_acc(d, load, elem0 + v * kL);
+  for (int j = 0; j < NV / 2; ++j) idx[j] = hn::Zero(d16);
+  hn::Mask<D> nan = hn::FirstN(d, 0);
+  auto row = hn::Zero(d16);
+  const auto one = hn::Set(d16, int16_t{1});
   for (int64_t r = 1; r < count; ++r) {
-    row += 1;
+    row = hn::Add(row, one);
     const int64_t e = elem0 + r * F;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < NV / 2; ++j) {  // unrolled, so that m and idx stay in registers
-      typename L::V x0, x1;
-      load_lanes<L>(load, e + 2 * j * L::kN, x0);
-      load_lanes<L>(load, e + (2 * j + 1) * L::kN, x1);
-      const MaskLanes32 t0 = kIsMax ? x0 > m[2 * j] : x0 < m[2 * j];
-      const MaskLanes32 t1 = kIsMax ? x1 > m[2 * j + 1] : x1 < m[2 * j + 1];
-      m[2 * j] = t0 ? x0 : m[2 * j];
-      m[2 * j + 1] = t1 ? x1 : m[2 * j + 1];
-      RowLanes16 took;
-      narrow_masks(t0, t1, took);
-      take_rows(took, row, idx[j]);
-      note_nans(x0, x1, nan);
+      const auto x0 = load_acc(d, load, e + 2 * j * kL);
+      const auto x1 = load_acc(d, load, e + (2 * j + 1) * kL);
+      const auto t0 = kIsMax ? hn::Gt(x0, m[2 * j]) : hn::Lt(x0, m[2 * j]);
+      const auto t1 = kIsMax ? hn::Gt(x1, m[2 * j + 1]) : hn::Lt(x1, m[2 * j + 1]);
+      m[2 * j] = hn::IfThenElse(t0, x0, m[2 * j]);
+      m[2 * j + 1] = hn::IfThenElse(t1, x1, m[2 * j + 1]);
+      const auto took = hn::ReorderDemote2To(d16, hn::BitCast(di, hn::VecFromMask(d, t0)),
+                                             hn::BitCast(di, hn::VecFromMask(d, t1)));
+      idx[j] = hn::IfThenElse(hn::MaskFromVec(took), row, idx[j]);
+      nan = hn::Or(nan, unordered(d, x0, x1));
     }
   }
-  for (int v = 0; v < NV; ++v) nan |= m[v] != m[v];  // the first row's NaNs (never replaced)
-  bool seen = false;
-  for (int l = 0; l < L::kN; ++l) seen |= nan[l] != 0;
-  if (seen) return false;
-  for (int v = 0; v < NV; ++v) {
-    for (int l = 0; l < L::kN; ++l) st[v * L::kN + l] = {m[v][l], pos0 + idx[v / 2][row_lane(v % 2, l)]};
+  for (int v = 0; v < NV; ++v) nan = hn::Or(nan, hn::IsNaN(m[v]));  // the first row's NaNs (never replaced)
+  if (!hn::AllFalse(d, nan)) return false;
+  // which lane of the pair each int16 lane holds: the narrowing's order (AVX2's pack interleaves 128-bit blocks)
+  HWY_ALIGN int16_t lane_of[2 * kL];
+  hn::Store(hn::ReorderDemote2To(d16, hn::Iota(di, 0), hn::Iota(di, kL)), d16, lane_of);
+  HWY_ALIGN float mv[NV * kL];
+  HWY_ALIGN int16_t rows[NV * kL];
+  for (int v = 0; v < NV; ++v) hn::Store(m[v], d, mv + v * kL);
+  for (int j = 0; j < NV / 2; ++j) hn::Store(idx[j], d16, rows + 2 * j * kL);
+  for (int j = 0; j < NV / 2; ++j) {
+    for (int i = 0; i < 2 * kL; ++i) {
+      const int f = 2 * j * kL + lane_of[i];
+      st[f] = {mv[f], pos0 + rows[2 * j * kL + i]};
+    }
   }
   return true;
 }

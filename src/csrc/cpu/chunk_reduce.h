@@ -123,7 +123,6 @@ inline void reduce_whole_segments(typename Op::State* st, const Load& load, int6
                                   int64_t k1, int64_t b, int64_t s0, int64_t F, int64_t f0, int64_t fn_rt,
                                   const Outputs<OutT>& o, const ArgMap& map) {
   const int64_t fn = kFn > 0 ? kFn : fn_rt;
-#if defined(__AVX2__)
   if constexpr (kFn == 1 && kSumsSegmentsF1<Op, Load>) {
     if (F == 1) {
       OutT* out = o.out + o.at(b, s0, 1);
@@ -150,7 +149,6 @@ inline void reduce_whole_segments(typename Op::State* st, const Load& load, int6
       return;
     }
   }
-#endif
   for (int64_t k = k0; k < k1; ++k) {
     const int64_t lo = q[k], count = q[k + 1] - lo;
     reduce_piece<Op>(st, load, (rb + lo) * F + f0, F, fn, lo, count);

@@ -1,5 +1,5 @@
 // Min/max of a piece over several features in one pass, with the first row holding it (ArgExtremumOp) or
-// the value alone (ExtremeValueOp): explicit vectors of values and row numbers (extremum_piece_lanes; the
+// the value alone (ExtremeValueOp): Highway vectors of values and row numbers (extremum_piece_lanes; the
 // auto-vectoriser left blocks of fewer than 32 float features scalar), and float features in whole-row
 // blocks of up to 64 with int16 row numbers first (arg_extremum_rows16.h).
 #pragma once
@@ -8,9 +8,9 @@
 #include <type_traits>
 
 #include "cpu/arg_extremum_rows16.h"
-#include "cpu/array_loads.h"
 #include "cpu/extremum_reducers.h"
 #include "cpu/feature_blocks.h"
+#include "cpu/simd.h"
 
 namespace torch_segops {
 namespace cpu {
@@ -19,27 +19,34 @@ SEGOPS_ISA_NAMESPACE_BEGIN
 // Min or max over rows [0, count >= 1) of fn features, in one pass, as Op::step folds them: with rows
 // (ArgExtremumOp), a row replaces a feature's extreme when it is better, or when it is NaN and the
 // extreme is not (the first NaN wins and stays); the value alone (ExtremeValueOp) takes any NaN. Blocks
-// of whole vectors run on Lanes (the auto-vectoriser left blocks of 16 or 8 float features scalar);
-// fewer features than a vector holds run as scalars (without rows: reduce_block).
+// of up to 4 full vectors (the auto-vectoriser left blocks of 16 or 8 float features scalar), smaller
+// blocks in smaller vectors down to 16 bytes; fewer features run as scalars (without rows: reduce_block).
+// Rows are lanes as wide as the values, so that one comparison mask selects both.
 // known_nan: the caller saw a NaN in these rows (the exact loop at once).
 template <class Op, class Load>
 inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64_t elem0, int64_t F, int64_t fn,
                                  int64_t pos0, int64_t count, [[maybe_unused]] bool known_nan = false) {
   using E = Extremum<Op>;
   using A = typename E::A;
-  using L = Lanes<A>;
-  using Pos = typename L::Pos;
-  // 4 vectors per block: values and rows in 8 of the 16 AVX2 registers (8 vectors of values alone spill)
-  for_feature_blocks<4 * L::kN>(fn, [&](auto B, int64_t f0) {
-    if constexpr (SEGOPS_VECTOR_EXT && B >= L::kN) {
-#if SEGOPS_VECTOR_EXT
-      constexpr int NV = B / L::kN;
-      typename L::V m[NV];
-      [[maybe_unused]] typename L::P idx[NV];  // rows: kRows only
-      auto first_row = [&] {
+  constexpr int kL = static_cast<int>(hn::MaxLanes(hn::ScalableTag<A>()));
+  constexpr bool kFloat = std::is_floating_point_v<A>;
+  using Pos = std::conditional_t<sizeof(A) <= 4, int32_t, int64_t>;
+  // 4 vectors per block: values and rows in 8 registers (8 vectors of values alone spilled on AVX2)
+  for_feature_blocks<4 * kL>(fn, [&](auto B, int64_t f0) {
+    constexpr int kBL = B < kL ? B : kL;  // lanes per vector of this block
+    if constexpr (kBL * sizeof(A) >= 16 && kBL > 1) {
+      using D = hn::CappedTag<A, kBL>;
+      using DP = hn::RebindToSigned<D>;
+      static_assert(sizeof(hn::TFromD<DP>) == sizeof(Pos), "rows as wide as the values");
+      constexpr int NV = B / kBL;
+      const D d;
+      const DP dp;
+      hn::Vec<D> m[NV];
+      [[maybe_unused]] hn::Vec<DP> idx[NV];  // rows: kRows only
+      auto first_row = [&]() {
         for (int v = 0; v < NV; ++v) {
-          load_lanes<L>(load, elem0 + f0 + v * L::kN, m[v]);
-          if constexpr (E::kRows) idx[v] = typename L::P{};
+          m[v] = load_acc(d, load, elem0 + f0 + v * kBL);
+          if constexpr (E::kRows) idx[v] = hn::Zero(dp);
         }
       };
       first_row();
@@ -49,51 +56,55 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
       bool exact = !E::kRows || known_nan;
       if constexpr (E::kRows) {
         if (!exact) {
-          typename L::V nan{};
+          hn::Mask<D> nan = hn::FirstN(d, 0);
           for (int64_t r = 1; r < count; ++r) {
-            const typename L::P row = typename L::P{} + static_cast<Pos>(r);
+            const auto row = hn::Set(dp, static_cast<Pos>(r));
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) {
-              typename L::V x;
-              load_lanes<L>(load, elem0 + r * F + f0 + v * L::kN, x);
-              const auto take = E::kIsMax ? x > m[v] : x < m[v];
-              m[v] = take ? x : m[v];
-              idx[v] = take ? row : idx[v];
-              nan = (x != x) ? x : nan;
+              const auto x = load_acc(d, load, elem0 + r * F + f0 + v * kBL);
+              const auto take = E::kIsMax ? hn::Gt(x, m[v]) : hn::Lt(x, m[v]);
+              m[v] = hn::IfThenElse(take, x, m[v]);
+              idx[v] = hn::IfThenElse(hn::RebindMask(dp, take), row, idx[v]);
+              if constexpr (kFloat) nan = hn::Or(nan, hn::IsNaN(x));
             }
           }
-          typename L::V seen = m[0] != m[0] ? m[0] : nan;  // the first row's NaNs (never replaced)
-          for (int v = 1; v < NV; ++v) seen = m[v] != m[v] ? m[v] : seen;
-          for (int l = 0; l < L::kN; ++l) exact |= seen[l] != seen[l];
-          if (exact) first_row();
+          if constexpr (kFloat) {
+            for (int v = 0; v < NV; ++v) nan = hn::Or(nan, hn::IsNaN(m[v]));  // the first row's (never replaced)
+            exact = !hn::AllFalse(d, nan);
+            if (exact) first_row();
+          }
         }
       }
       for (int64_t r = 1; exact && r < count; ++r) {
-        const typename L::P row = typename L::P{} + static_cast<Pos>(r);
+        const auto row = hn::Set(dp, static_cast<Pos>(r));
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {  // unrolled, so that m and idx stay in registers
-          typename L::V x;
-          load_lanes<L>(load, elem0 + r * F + f0 + v * L::kN, x);
-          const auto better_or_nan = (E::kIsMax ? x > m[v] : x < m[v]) | (x != x);
+          const auto x = load_acc(d, load, elem0 + r * F + f0 + v * kBL);
+          auto better_or_nan = E::kIsMax ? hn::Gt(x, m[v]) : hn::Lt(x, m[v]);
+          if constexpr (kFloat) better_or_nan = hn::Or(better_or_nan, hn::IsNaN(x));
           if constexpr (E::kRows) {
-            const auto take = better_or_nan & (m[v] == m[v]);
-            m[v] = take ? x : m[v];
-            idx[v] = take ? row : idx[v];
+            auto take = better_or_nan;
+            if constexpr (kFloat) take = hn::AndNot(hn::IsNaN(m[v]), better_or_nan);
+            m[v] = hn::IfThenElse(take, x, m[v]);
+            idx[v] = hn::IfThenElse(hn::RebindMask(dp, take), row, idx[v]);
           } else {
-            m[v] = better_or_nan ? x : m[v];
+            m[v] = hn::IfThenElse(better_or_nan, x, m[v]);
           }
         }
       }
+      HWY_ALIGN A mv[B];
+      [[maybe_unused]] HWY_ALIGN Pos iv[B];
       for (int v = 0; v < NV; ++v) {
-        for (int l = 0; l < L::kN; ++l) {
-          if constexpr (E::kRows) {
-            st[f0 + v * L::kN + l] = {m[v][l], pos0 + idx[v][l]};
-          } else {
-            st[f0 + v * L::kN + l] = {m[v][l]};
-          }
+        hn::Store(m[v], d, mv + v * kBL);
+        if constexpr (E::kRows) hn::Store(idx[v], dp, iv + v * kBL);
+      }
+      for (int f = 0; f < B; ++f) {
+        if constexpr (E::kRows) {
+          st[f0 + f] = {mv[f], pos0 + iv[f]};
+        } else {
+          st[f0 + f] = {mv[f]};
         }
       }
-#endif
     } else if constexpr (E::kRows) {
       // ArgExtremumOp::step from the first row on, rows in Pos: reduce_block's step (int64 rows, a
       // no-row check) measured 12-18% slower for max over 2, 3, 13 and 37 features (2026-11-24).
@@ -118,19 +129,19 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
 template <class Op, class Load>
 [[gnu::noinline]] void extremum_piece(typename Op::State* st, const Load& load, int64_t elem0, int64_t F,
                                       int64_t fn, int64_t pos0, int64_t count) {
-  if constexpr (SEGOPS_VECTOR_EXT && ArgExtremumF32<Op>::value) {
-#if SEGOPS_VECTOR_EXT
+#if SEGOPS_ROWS16
+  if constexpr (ArgExtremumF32<Op>::value) {
     if (count <= kMaxRows16) {
-      for_feature_blocks<64>(fn, [&](auto B, int64_t f0) {
-        if constexpr (B >= 16) {
-          if (arg_extremum_rows16<Op, B / 8>(st + f0, load, elem0 + f0, F, pos0, count)) return;
+      for_feature_blocks<kRows16Block>(fn, [&](auto B, int64_t f0) {
+        if constexpr (B >= 16 && B >= 2 * kF32Lanes) {
+          if (arg_extremum_rows16<Op, B / kF32Lanes>(st + f0, load, elem0 + f0, F, pos0, count)) return;
         }
         extremum_piece_lanes<Op>(st + f0, load, elem0 + f0, F, B, pos0, count, B >= 16);
       });
       return;
     }
-#endif
   }
+#endif
   extremum_piece_lanes<Op>(st, load, elem0, F, fn, pos0, count);
 }
 

@@ -1,6 +1,7 @@
 // Typed CPU kernels: merge-path chunked reductions and row-chunked expansions. This file is compiled
-// once per instruction set (SEGOPS_CPU_ISA: baseline x86-64 / any CPU, and avx2 = x86-64-v3 where
-// the target is x86-64); kernels.h picks one at run time.
+// once per instruction set (SEGOPS_CPU_ISA: baseline, any CPU of the architecture, and avx2 = x86-64-v3
+// where the target is x86-64), each object as Google Highway's static target of its flags; cpu/dispatch.cpp
+// picks one at run time.
 //
 // Reductions: the chunked merge-path reduction of cpu/chunk_reduce.h over the indptr rows and src in place.
 //

@@ -1,6 +1,6 @@
 // A piece reduced in one pass by its reducer's step, for the reducers whose step vectorises (sum, mean,
 // mul, and the value passes of reduce_piece.h): lanes of rows for one or two features, blocks of
-// features otherwise. (A float sum of one contiguous feature runs float_sum_avx2.h instead: reduce_piece.h.)
+// features otherwise. (A float sum of one contiguous feature runs float_sum_lanes.h instead: reduce_piece.h.)
 #pragma once
 
 #include <cstdint>

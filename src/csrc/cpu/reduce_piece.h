@@ -3,7 +3,7 @@
 //   one_pass_piece.h: reducers whose step vectorises. Features are the innermost loop, over the state
 //   array itself (it stays in L1), which the compiler vectorises, selects included; with one or two
 //   features, rows go round-robin to independent register lanes instead. A float sum of one feature runs
-//   float_sum_avx2.h inline instead (reduce_piece_one_pass, here).
+//   float_sum_lanes.h inline instead (reduce_piece_one_pass, here).
 //   extremum_piece.h: min/max with arg over several features (explicit vectors of values and row numbers;
 //   float features in whole-row blocks of up to 64 with int16 row numbers: arg_extremum_rows16.h).
 //   Here, two passes: min/max with arg over one feature, the extreme value, then the first row that holds
@@ -17,7 +17,7 @@
 #include "cpu/extremum_piece.h"
 #include "cpu/extremum_reducers.h"
 #include "cpu/feature_blocks.h"
-#include "cpu/float_sum_avx2.h"
+#include "cpu/float_sum_lanes.h"
 #include "cpu/one_pass_piece.h"
 #include "reduction_policies.h"
 #include "vec_math.h"
@@ -31,16 +31,12 @@ SEGOPS_ISA_NAMESPACE_BEGIN
 template <class Op, class Load>
 [[gnu::always_inline]] inline void reduce_piece_one_pass(typename Op::State* st, const Load& load, int64_t elem0,
                                                          int64_t F, int64_t fn, int64_t pos0, int64_t count) {
-#if defined(__AVX2__)
-  if constexpr (is_array_load<Load>::value && kAddsFloats<Op>) {
-    if constexpr (kSumsInAvx2<typename is_array_load<Load>::type>) {
-      if (F == 1) {
-        st[0].v = sum_avx2(load.x + elem0, count, load.n - elem0);
-        return;
-      }
+  if constexpr (kFloatArray<Load> && kAddsFloats<Op>) {
+    if (F == 1) {
+      st[0].v = sum_f1(load.x + elem0, count, load.n - elem0);
+      return;
     }
   }
-#endif
   reduce_piece_general<Op>(st, load, elem0, F, fn, pos0, count);
 }
 

@@ -1,44 +1,27 @@
 // Float sums of many short segments of one feature (F == 1: a segment is a run of consecutive
 // elements), the case where a horizontal sum per segment would cost as much as the additions. Each
-// segment's rows go into the 8 lanes of one vector: its first 32 rows branch-free (sum_window_avx2),
-// the rest (segments longer than 32 rows) in a second loop over the batch; a batch of 8 segments then
-// shares one transposing horizontal sum. A segment's result depends on its length only, never on its
-// place in a batch.
+// segment's rows go into the 8 lanes of one octet (float_sum_lanes.h): its first 32 rows branch-free
+// (sum_window), the rest (segments longer than 32 rows) in a second loop over the batch; a batch of 8
+// segments then shares one transposing horizontal sum. A segment's result depends on its length only,
+// never on its place in a batch or on the target.
 //
 // A 512-bit version (16 lanes, masked loads, 64 rows without a branch) was measured on this project's
 // AMD EPYC machines at 3x slower than this one (18 vs 5.6 ms for 1M segments of 20 rows, one thread,
-// 2026-11-23), so the library has no AVX-512 kernel set.
+// 2026-11-23), so the sums keep 8 lanes on every target.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
-#include "cpu/array_loads.h"
-#include "cpu/float_sum_avx2.h"
+#include "cpu/float_sum_lanes.h"
 #include "reduction_policies.h"
 
 namespace torch_segops {
 namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
 
-#if defined(__AVX2__)
 // Whether sum_segments_f1 serves Op over this load: a float sum or mean of float, bfloat16 or float16.
-template <class Op, class Load> constexpr bool kSumsSegmentsF1 = [] {
-  if constexpr (is_array_load<Load>::value) {
-    return kAddsFloats<Op> &&
-           kSumsInAvx2<typename is_array_load<Load>::type>;
-  } else {
-    return false;
-  }
-}();
-
-// sums[k] = hsum1(v[k]) for 8 vectors at once (a quarter of the instructions).
-[[gnu::always_inline]] inline void hsum8(const __m256* v, float* sums) {
-  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-  const __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20), hi = _mm256_permute2f128_ps(u0, u1, 0x31);
-  _mm256_storeu_ps(sums, _mm256_add_ps(lo, hi));
-}
+template <class Op, class Load> constexpr bool kSumsSegmentsF1 = kAddsFloats<Op> && kFloatArray<Load>;
 
 // Float sums of whole segments [s, s_end) of one feature: segment k's rows are the elements
 // [elem_base + p[k], elem_base + p[k + 1]). emit(k, sum, count) receives each segment in order.
@@ -46,8 +29,8 @@ template <class Load, class Emit>
 inline void sum_segments_f1(const Load& load, const int64_t* p, int64_t s, int64_t s_end, int64_t elem_base,
                             const Emit& emit) {
   constexpr int kBatch = 8;
-  __m256 v[kBatch];
-  float sums[kBatch];
+  Octet v[kBatch];
+  HWY_ALIGN float sums[kBatch];
   // Every segment's first 32 rows, branch-free; then the rest of the longer segments (a branch per
   // batch, not per segment, for lengths that vary at random).
   auto lanes = [&](auto end_readable, int64_t s0, int m) {
@@ -56,7 +39,7 @@ inline void sum_segments_f1(const Load& load, const int64_t* p, int64_t s, int64
     int nlonger = 0;
     for (int k = 0; k < m; ++k) {
       const int64_t e = elem_base + p[s0 + k], n = p[s0 + k + 1] - p[s0 + k];
-      v[k] = sum_window_avx2<kEnd>(load.x + e, n < 32 ? n : 32, load.n - e);
+      v[k] = sum_window<kEnd>(load.x + e, n < 32 ? n : 32, load.n - e);
       longer[nlonger] = k;
       nlonger += n > 32;
     }
@@ -64,7 +47,7 @@ inline void sum_segments_f1(const Load& load, const int64_t* p, int64_t s, int64
       const int k = longer[j];
       const int64_t e = elem_base + p[s0 + k] + 32;
       const int64_t rest = p[s0 + k + 1] - p[s0 + k] - 32;
-      v[k] = _mm256_add_ps(v[k], sum_lanes_avx2<kEnd>(load.x + e, rest, load.n - e));
+      v[k] = octet_add(v[k], sum_lanes<kEnd>(load.x + e, rest, load.n - e));
     }
   };
   auto batch = [&](int64_t s0, int m) {
@@ -74,16 +57,15 @@ inline void sum_segments_f1(const Load& load, const int64_t* p, int64_t s, int64
     } else {
       lanes(std::false_type{}, s0, m);
     }
-    hsum8(v, sums);
+    octet_totals8(v, sums);
     for (int k = 0; k < m; ++k) emit(s0 + k, sums[k], p[s0 + k + 1] - p[s0 + k]);
   };
   for (; s + kBatch <= s_end; s += kBatch) batch(s, kBatch);
   if (s < s_end) {
-    for (int k = 0; k < kBatch; ++k) v[k] = _mm256_setzero_ps();
+    for (int k = 0; k < kBatch; ++k) v[k] = octet_zero();
     batch(s, static_cast<int>(s_end - s));
   }
 }
-#endif
 
 SEGOPS_ISA_NAMESPACE_END
 }  // namespace cpu
