@@ -42,7 +42,7 @@ FEATURES = (1, 2, 3, 8, 16, 17, 37, 64, 100)
 QUICK_FEATURES = (1, 2, 16, 37, 64)
 # targets whose code fuses multiply-adds (the compiler contracts a * b + c into an FMA there)
 # (the baseline object is NEON on aarch64, where every target fuses)
-FMA_TARGETS = {"avx2", "avx3", "avx3_dl", "avx3_zen4", "avx3_spr", "neon", "neon_bf16", "neon_without_aes"}
+FMA_TARGETS = {"avx2", "avx512", "avx3", "avx3_dl", "avx3_zen4", "avx3_spr", "neon", "neon_bf16", "neon_without_aes"}
 if platform.machine().lower() in ("aarch64", "arm64"):
     FMA_TARGETS.add("baseline")
 INEXACT_OPS = ("logsumexp", "softmax")  # exp_approx, and the softmax backward's products

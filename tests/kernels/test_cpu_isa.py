@@ -1,51 +1,94 @@
-"""The CPU kernels are compiled once per instruction set (baseline, and avx2 on x86-64) and picked at
-run time. The rest of the suite runs the set this machine picks; this file checks the choice and
-runs the kernel suites (BASELINE_SUITES) on the baseline set too, which every CPU of the target can run."""
+"""The CPU kernels are compiled once per instruction set, each object as Google Highway's static target of its
+flags (baseline, which every CPU of the build's architecture runs: NEON on aarch64; on x86-64 also avx2 and
+avx512), and chosen at run time by Highway's CPU detection, or by TORCH_SEGOPS_CPU_ISA. The rest of the suite
+runs the set this machine picks; this file checks the choice, runs the kernel suites (BASELINE_SUITES) on the
+baseline set too, and checks that every set this CPU runs gives the same results, bit for bit
+(tools/cpu_targets.py)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import torch_segops as so
+from tools import cpu_targets
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+X86 = platform.machine() in ("x86_64", "AMD64")
 
 
-def _isa_in_subprocess(env_value: str | None) -> str:
+def _in_subprocess(env_value: str | None, code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("TORCH_SEGOPS_CPU_ISA", None)
     if env_value is not None:
         env["TORCH_SEGOPS_CPU_ISA"] = env_value
-    code = "import torch_segops as so; print(so.build_info()['cpu_isa'])"
-    return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def _isa_in_subprocess(env_value: str | None) -> str:
+    cp = _in_subprocess(env_value, "import torch_segops as so; print(so.build_info()['cpu_isa'])")
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    return cp.stdout.strip()
+
+
+def cpu_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""
+    m = re.search(r"^(flags|Features)\s*:(.*)$", text, re.M)
+    return set(m.group(2).split()) if m else set()
 
 
 def test_build_info_names_the_compiled_and_running_sets():
     info = so.build_info()
     assert info["cpu_isas"][0] == "baseline", info["cpu_isas"]
-    if platform.machine() in ("x86_64", "AMD64"):
-        assert "avx2" in info["cpu_isas"], info["cpu_isas"]
+    if X86:
+        assert info["cpu_isas"] == ["baseline", "avx2", "avx512"], info["cpu_isas"]
     assert info["cpu_isa"] in info["cpu_isas"]
 
 
-def test_environment_variable_forces_the_baseline():
+def test_environment_variable_forces_a_set():
     assert _isa_in_subprocess("baseline") == "baseline"
-    default = _isa_in_subprocess(None)
-    assert default in so.build_info()["cpu_isas"]
+    assert _isa_in_subprocess("BASELINE") == "baseline"
+    assert _isa_in_subprocess(None) in so.build_info()["cpu_isas"]
 
 
-def test_avx2_is_picked_where_the_cpu_has_it():
-    flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
-    needed = {"avx2", "fma", "f16c", "bmi1", "bmi2"}
-    if "avx2" not in so.build_info()["cpu_isas"] or not needed <= set(flags):
-        pytest.skip("this CPU or build has no avx2 kernel set")
-    assert _isa_in_subprocess(None) == "avx2"
+def test_an_invalid_name_is_an_error_naming_the_variable():
+    bad = _isa_in_subprocess("avx9000")
+    assert bad.startswith("invalid: TORCH_SEGOPS_CPU_ISA=avx9000 names no CPU kernel set of this build"), bad
+    assert all(name in bad for name in so.build_info()["cpu_isas"]), bad
+    code = ("import torch, torch_segops as so\n"
+            "try:\n    so.segment_sum_csr(torch.ones(3), torch.tensor([0, 3]))\n"
+            "except RuntimeError as e:\n    print('raised:', e)\n")
+    cp = _in_subprocess("avx9000", code)
+    assert "raised: " in cp.stdout and "TORCH_SEGOPS_CPU_ISA=avx9000" in cp.stdout, cp.stdout + cp.stderr[-2000:]
+
+
+def test_the_best_set_this_cpu_runs_is_picked():
+    flags = cpu_flags()
+    if not X86 or not flags:
+        pytest.skip("x86-64 Linux only (/proc/cpuinfo flags)")
+    v3 = {"avx2", "fma", "f16c", "bmi1", "bmi2", "pclmulqdq", "aes"}
+    if v3 | {"avx512f", "avx512vl", "avx512dq", "avx512bw"} <= flags:
+        want = "avx512"
+    elif v3 <= flags:
+        want = "avx2"
+    else:
+        want = "baseline"
+    assert _isa_in_subprocess(None) == want
+
+
+def test_a_set_this_cpu_lacks_is_refused():
+    flags = cpu_flags()
+    if not X86 or "avx512f" in flags:
+        pytest.skip("needs an x86-64 CPU without AVX-512 (this one runs every set; the refusal's path is the "
+                    "same code as the invalid name's, tested above)")
+    bad = _isa_in_subprocess("avx512")
+    assert bad.startswith("invalid: TORCH_SEGOPS_CPU_ISA=avx512: this CPU cannot run the avx512 kernels"), bad
 
 
 # The suites that exercise the kernels (the baseline set is the code aarch64 and x86-64 without AVX2 run): the CSR
@@ -64,3 +107,24 @@ def test_suite_passes_on_the_baseline_kernels(suite):
     tail = proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+
+
+def test_every_set_gives_the_same_bits(tmp_path):
+    """The corpus of tools/cpu_targets.py (every kernel, every dtype, +-inf, NaN, -0.0, huge and subnormal
+    values, int32/int64 indptr) on every set this CPU runs, against the default one: bit for bit (a NaN
+    equals any NaN), exp-based results to a tolerance between sets that do and do not fuse multiply-adds.
+    Caught: Highway 1.0.3's float16 emulation turning inf and NaN into finite numbers (the baseline), and
+    the baseline's one-feature sums in another order than the vector sets' (before Highway)."""
+    import torch
+
+    targets = cpu_targets.runnable_targets()
+    assert so.build_info()["cpu_isa"] in targets
+    default = cpu_targets.run_one(None, None, tmp_path / "default.pt", quick=True)
+    ref = torch.load(tmp_path / "default.pt")
+    for t in targets:
+        if t == default:
+            continue
+        assert cpu_targets.run_one(None, t, tmp_path / f"{t}.pt", quick=True) == t
+        same_fma = (t in cpu_targets.FMA_TARGETS) == (default in cpu_targets.FMA_TARGETS)
+        problems = cpu_targets.compare(ref, torch.load(tmp_path / f"{t}.pt"), exact_inexact=same_fma)
+        assert not problems, f"{t} vs {default}:\n" + "\n".join(problems[:20])

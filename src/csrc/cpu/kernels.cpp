@@ -40,10 +40,13 @@
 #define SEGOPS_CAT(a, b) SEGOPS_CAT2(a, b)
 #define SEGOPS_STR2(a) #a
 #define SEGOPS_STR(a) SEGOPS_STR2(a)
-// Each object's flags make it Highway's static target (CMakeLists.txt): the avx2 object's are checked here.
-#define SEGOPS_ISA_IS_avx2 1
-#if SEGOPS_CAT(SEGOPS_ISA_IS_, SEGOPS_CPU_ISA) && HWY_STATIC_TARGET != HWY_AVX2
+// Each object's flags make it Highway's static target (CMakeLists.txt): checked for the x86 objects.
+#define SEGOPS_ISA_avx2 1
+#define SEGOPS_ISA_avx512 2
+#if SEGOPS_CAT(SEGOPS_ISA_, SEGOPS_CPU_ISA) == 1 && HWY_STATIC_TARGET != HWY_AVX2
 #error "the avx2 object's flags must make Highway's static target AVX2 (CMakeLists.txt)"
+#elif SEGOPS_CAT(SEGOPS_ISA_, SEGOPS_CPU_ISA) == 2 && HWY_STATIC_TARGET != HWY_AVX3
+#error "the avx512 object's flags must make Highway's static target AVX3 (CMakeLists.txt)"
 #endif
 
 namespace torch_segops {
