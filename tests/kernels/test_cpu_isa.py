@@ -73,7 +73,7 @@ def test_the_best_set_this_cpu_runs_is_picked():
     if not X86 or not flags:
         pytest.skip("x86-64 Linux only (/proc/cpuinfo flags)")
     v3 = {"avx2", "fma", "f16c", "bmi1", "bmi2", "pclmulqdq", "aes"}
-    if v3 | {"avx512f", "avx512vl", "avx512dq", "avx512bw"} <= flags:
+    if v3 | {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"} <= flags:
         want = "avx512"
     elif v3 <= flags:
         want = "avx2"

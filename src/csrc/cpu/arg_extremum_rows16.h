@@ -21,7 +21,6 @@ namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
 
 constexpr int64_t kMaxRows16 = 32767;  // the rows an int16 lane numbers
-constexpr int kF32Lanes = static_cast<int>(hn::MaxLanes(hn::ScalableTag<float>()));
 // Features per whole-row block: 8 vectors of values and 4 of rows (12 of x86's 16 registers), 16 and 8 on
 // aarch64 (32 registers); at most 64.
 constexpr int kRows16Block = (HWY_ARCH_ARM_A64 ? 16 : 8) * kF32Lanes < 64 ? (HWY_ARCH_ARM_A64 ? 16 : 8) * kF32Lanes : 64;

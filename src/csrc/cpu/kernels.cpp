@@ -23,6 +23,7 @@
 
 #include "cpu/array_loads.h"
 #include "cpu/chunk_reduce.h"
+#include "cpu/exp_lanes.h"
 #include "cpu/kernels.h"
 #include "cpu/scatter_kernels.h"
 #include "cpu/vec_math.h"
@@ -65,11 +66,11 @@ void reduce_csr(const CsrArgs& a, const Load& load, OutT* out, int64_t* arg) {
 
 // ---- expansions ------------------------------------------------------------------------------------
 
-// out is [B, R, F]. Row r of batch b inside [indptr[0], indptr[S]) belongs to segment s and gets
-// fn(row_elem, seg_elem) per feature, with row_elem = (b * R + r) * F + f and seg_elem = (b * S + s) * F + f;
-// other rows get 0.
-template <class OutT, class Fn>
-void expand_csr(const CsrArgs& a, int64_t R, OutT* out, const Fn& fn) {
+// out is [B, R, F]. Every row is written once, by row chunks: rows outside [indptr[0], indptr[S]) of their
+// batch get 0, and rows(o, p, lo, hi, b) writes rows [lo, hi) of batch b (o: the batch's output, p: its
+// indptr row), which lie inside.
+template <class OutT, class Rows>
+void expand_csr_rows(const CsrArgs& a, int64_t R, OutT* out, const Rows& rows) {
   const int64_t B = a.B, S = a.S, F = a.F;
   if (B == 0 || R == 0 || F == 0) return;
   const int64_t* ind = cptr<int64_t>(a.indptr);
@@ -84,15 +85,69 @@ void expand_csr(const CsrArgs& a, int64_t R, OutT* out, const Fn& fn) {
       OutT* o = out + b * R * F;
       std::fill(o + r0 * F, o + lo * F, OutT(0));
       std::fill(o + hi * F, o + r1 * F, OutT(0));
-      if (lo == hi) continue;
-      int64_t s = std::upper_bound(p, p + S + 1, lo) - p - 1;
-      for (int64_t r = lo; r < hi; ++r) {
-        while (p[s + 1] <= r) ++s;
-        const int64_t re = (b * R + r) * F, se = (b * S + s) * F;
-        for (int64_t f = 0; f < F; ++f) o[r * F + f] = fn(re + f, se + f);
-      }
+      if (lo < hi) rows(o, p, lo, hi, b);
     }
   });
+}
+
+// Row r of batch b inside [indptr[0], indptr[S]) belongs to segment s and gets fn(row_elem, seg_elem) per
+// feature, with row_elem = (b * R + r) * F + f and seg_elem = (b * S + s) * F + f.
+template <class OutT, class Fn>
+void expand_csr(const CsrArgs& a, int64_t R, OutT* out, const Fn& fn) {
+  const int64_t S = a.S, F = a.F;
+  expand_csr_rows(a, R, out, [&](OutT* o, const int64_t* p, int64_t lo, int64_t hi, int64_t b) {
+    int64_t s = std::upper_bound(p, p + S + 1, lo) - p - 1;
+    for (int64_t r = lo; r < hi; ++r) {
+      while (p[s + 1] <= r) ++s;
+      const int64_t re = (b * R + r) * F, se = (b * S + s) * F;
+      for (int64_t f = 0; f < F; ++f) o[r * F + f] = fn(re + f, se + f);
+    }
+  });
+}
+
+// Softmax rows [lo, hi) of batch b of float x into o (the batch's output): exp(x - max) / sum per element,
+// NaN where the segment's max is +inf, in float vectors (exp_nonpos_lanes: exp_approx's bits).
+template <class State>
+void softmax_rows(float* o, const float* x, const State* st, const int64_t* p, int64_t lo, int64_t hi, int64_t b,
+                  int64_t R, int64_t S, int64_t F) {
+  static_assert(sizeof(State) == 2 * sizeof(float), "{max, sum} pairs");
+  constexpr float kInf = std::numeric_limits<float>::infinity(), kNaN = std::numeric_limits<float>::quiet_NaN();
+  const hn::ScalableTag<float> d;
+  const auto inf = hn::Set(d, kInf);
+  const auto nan = hn::Set(d, kNaN);
+  auto one = [&](float xv, const State& s) { return s.m == kInf ? kNaN : exp_approx(xv - s.m) / s.s; };
+  int64_t s = std::upper_bound(p, p + S + 1, lo) - p - 1;
+  for (int64_t r = lo; r < hi; ++s) {
+    const int64_t end = std::min(p[s + 1], hi);
+    const int64_t se = (b * S + s) * F;
+    if (F == 1) {
+      const float* xb = x + b * R;
+      const State& sst = st[se];
+      const auto m = hn::Set(d, sst.m), sum = hn::Set(d, sst.s);
+      const bool is_inf = sst.m == kInf;
+      int64_t i = r;
+      for (; i + kF32Lanes <= end; i += kF32Lanes) {
+        const auto v = hn::Div(exp_nonpos_lanes(d, hn::Sub(hn::LoadU(d, xb + i), m)), sum);
+        hn::StoreU(is_inf ? nan : v, d, o + i);
+      }
+      for (; i < end; ++i) o[i] = one(xb[i], sst);
+    } else {
+      for (; r < end; ++r) {
+        const float* xr = x + (b * R + r) * F;
+        float* orow = o + r * F;
+        const float* sf = reinterpret_cast<const float*>(st + se);
+        int64_t f = 0;
+        for (; f + kF32Lanes <= F; f += kF32Lanes) {
+          hn::Vec<decltype(d)> m, sum;
+          hn::LoadInterleaved2(d, sf + 2 * f, m, sum);
+          const auto v = hn::Div(exp_nonpos_lanes(d, hn::Sub(hn::LoadU(d, xr + f), m)), sum);
+          hn::StoreU(hn::IfThenElse(hn::Eq(m, inf), nan, v), d, orow + f);
+        }
+        for (; f < F; ++f) orow[f] = one(xr[f], st[se + f]);
+      }
+    }
+    r = end;
+  }
 }
 
 // ---- typed entry points -----------------------------------------------------------------------------
@@ -125,15 +180,22 @@ void softmax_kernel(const CsrArgs& a, const Tensor& out) {
     using State = typename Stats::State;
     const std::unique_ptr<State[]> stats(new State[static_cast<size_t>(a.B * a.S * a.F)]);  // all written
     const T* x = cptr<T>(a.src);
-    reduce_csr<Stats>(a, [x](int64_t i) { return to_acc<A>(x[i]); }, stats.get(), nullptr);
+    reduce_csr<Stats>(a, ArrayLoad<T>{x, a.src.numel()}, stats.get(), nullptr);  // whole-vector loads
     const State* st = stats.get();
     // exp(x - max) / sum in A, never exp(x - lse) (see StateResult). A +inf in the segment makes the
     // whole segment NaN, as torch.softmax does (inf - inf).
     constexpr A kInf = std::numeric_limits<A>::infinity(), kNaN = std::numeric_limits<A>::quiet_NaN();
-    expand_csr(a, a.N, mptr<T>(out), [x, st](int64_t re, int64_t se) {
-      const State& s = st[se];
-      return static_cast<T>(s.m == kInf ? kNaN : exp_approx(to_acc<A>(x[re]) - s.m) / s.s);
-    });
+    if constexpr (std::is_same_v<T, float> && kF32Lanes >= 4) {
+      float* o = mptr<T>(out);
+      expand_csr_rows(a, a.N, o, [&](float* ob, const int64_t* p, int64_t lo, int64_t hi, int64_t b) {
+        softmax_rows(ob, x, st, p, lo, hi, b, a.N, a.S, a.F);
+      });
+    } else {
+      expand_csr(a, a.N, mptr<T>(out), [x, st](int64_t re, int64_t se) {
+        const State& s = st[se];
+        return static_cast<T>(s.m == kInf ? kNaN : exp_approx(to_acc<A>(x[re]) - s.m) / s.s);
+      });
+    }
   });
 }
 

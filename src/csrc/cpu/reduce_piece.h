@@ -8,13 +8,16 @@
 //   float features in whole-row blocks of up to 64 with int16 row numbers: arg_extremum_rows16.h).
 //   Here, two passes: min/max with arg over one feature, the extreme value, then the first row that holds
 //   it; logsumexp, the max (over several features, by the vector loop of min/max), then the sum of
-//   exp(x - max), over a piece small enough to stay in cache (a chunk holds at most kChunkElems elements).
+//   exp(x - max) (exp_pass, in exp_lanes.h's vectors), over a piece small enough to stay in cache (a chunk
+//   holds at most kChunkElems elements).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/array_loads.h"
 #include "cpu/extremum_piece.h"
+#include "cpu/exp_lanes.h"
 #include "cpu/extremum_reducers.h"
 #include "cpu/feature_blocks.h"
 #include "cpu/float_sum_lanes.h"
@@ -38,6 +41,70 @@ template <class Op, class Load>
     }
   }
   reduce_piece_general<Op>(st, load, elem0, F, fn, pos0, count);
+}
+
+// logsumexp's second pass: st[f] = {max, sum of exp(x - max)} over rows [0, count >= 1), given the max per
+// feature (ext); x == max counts 1 exactly, which also covers max = +-inf. Each feature's terms are added
+// in row order from 0: float inputs in vectors over features, and with one feature, the exps of a vector
+// of rows at a time added one by one (exp_nonpos_lanes: exp_approx's bits for x - max <= 0).
+template <typename A, class State, class Ext, class Load>
+[[gnu::noinline]] void exp_pass(State* st, const Ext* ext, const Load& load, int64_t elem0, int64_t F, int64_t fn,
+                                int64_t count) {
+  constexpr bool kVector = std::is_same_v<A, float> && kFloatArray<Load> && kF32Lanes >= 4;
+  if constexpr (kVector) {
+    if (fn == 1 && F == 1) {
+      const hn::ScalableTag<float> d;
+      const float m = ext[0].v;
+      const auto mv = hn::Set(d, m), one = hn::Set(d, 1.f);
+      float sum = 0.f;
+      int64_t r = 0;
+      HWY_ALIGN float terms[kF32Lanes];
+      for (; r + kF32Lanes <= count; r += kF32Lanes) {
+        const auto x = load_acc(d, load, elem0 + r);
+        hn::Store(hn::IfThenElse(hn::Eq(x, mv), one, exp_nonpos_lanes(d, hn::Sub(x, mv))), d, terms);
+        for (int l = 0; l < kF32Lanes; ++l) sum += terms[l];
+      }
+      for (; r < count; ++r) {
+        const float x = load(elem0 + r);
+        sum += x == m ? 1.f : exp_approx(x - m);
+      }
+      st[0] = {m, sum};
+      return;
+    }
+  }
+  for_feature_blocks<kVector ? 4 * kF32Lanes : kBlockOf<A, 128>>(fn, [&](auto B, int64_t f0) {
+    constexpr int kBL = B < kF32Lanes ? B : kF32Lanes;
+    if constexpr (kVector && kBL >= 4) {
+      using D = hn::CappedTag<float, kBL>;
+      const D d;
+      constexpr int NV = B / kBL;
+      hn::Vec<D> m[NV], sum[NV];
+      HWY_ALIGN float buf[B];
+      for (int f = 0; f < B; ++f) buf[f] = ext[f0 + f].v;
+      for (int v = 0; v < NV; ++v) m[v] = hn::Load(d, buf + v * kBL), sum[v] = hn::Zero(d);
+      const auto one = hn::Set(d, 1.f);
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t e = elem0 + r * F + f0;
+        for (int v = 0; v < NV; ++v) {
+          const auto x = load_acc(d, load, e + v * kBL);
+          sum[v] = hn::Add(sum[v], hn::IfThenElse(hn::Eq(x, m[v]), one, exp_nonpos_lanes(d, hn::Sub(x, m[v]))));
+        }
+      }
+      for (int v = 0; v < NV; ++v) hn::Store(sum[v], d, buf + v * kBL);
+      for (int f = 0; f < B; ++f) st[f0 + f] = {ext[f0 + f].v, buf[f]};
+    } else {
+      A m[B], sum[B];
+      for (int f = 0; f < B; ++f) m[f] = ext[f0 + f].v, sum[f] = A(0);
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t e = elem0 + r * F + f0;
+        for (int f = 0; f < B; ++f) {
+          const A x = load(e + f);
+          sum[f] += x == m[f] ? A(1) : exp_approx(x - m[f]);
+        }
+      }
+      for (int f = 0; f < B; ++f) st[f0 + f] = {m[f], sum[f]};
+    }
+  });
 }
 
 template <class Op> struct TwoPass { static constexpr int kind = 0; };
@@ -84,19 +151,8 @@ inline void reduce_piece(typename Op::State* st, const Load& load, int64_t elem0
         if (x == ext[0].v || (is_nan(x) && is_nan(ext[0].v))) break;
       }
       st[0] = {ext[0].v, pos0 + r};
-    } else {  // sum of exp(x - max); x == max counts 1 exactly, which also covers max = +-inf
-      for_feature_blocks<kBlockOf<A, 128>>(fn, [&](auto B, int64_t f0) {
-        A m[B], sum[B];
-        for (int f = 0; f < B; ++f) m[f] = ext[f0 + f].v, sum[f] = A(0);
-        for (int64_t r = 0; r < count; ++r) {
-          const int64_t e = elem0 + r * F + f0;
-          for (int f = 0; f < B; ++f) {
-            const A x = load(e + f);
-            sum[f] += x == m[f] ? A(1) : exp_approx(x - m[f]);
-          }
-        }
-        for (int f = 0; f < B; ++f) st[f0 + f] = {m[f], sum[f]};
-      });
+    } else {
+      exp_pass<A>(st, ext, load, elem0, F, fn, count);
     }
   }
 }

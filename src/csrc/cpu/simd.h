@@ -32,6 +32,8 @@ namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
 namespace hn = hwy::HWY_NAMESPACE;
 
+constexpr int kF32Lanes = static_cast<int>(hn::MaxLanes(hn::ScalableTag<float>()));  // a full float vector
+
 // Elements as float lanes: float, bfloat16 (a float's upper half) and float16; exact conversions.
 template <class D>
 HWY_INLINE hn::Vec<D> load_f32(D d, const float* p) {
