@@ -21,6 +21,9 @@ map="-ffile-prefix-map=${SRC_DIR}=/usr/local/src/conda/${PKG_NAME}-${PKG_VERSION
 export CXXFLAGS="${CXXFLAGS:-} ${map}"
 export CUDAFLAGS="${CUDAFLAGS:-} $(printf -- '-Xcompiler=%s ' ${map})"
 
+# Google Highway from the host environment (libhwy), never downloaded (cmake/highway.cmake)
+export TORCH_SEGOPS_HWY=system
+
 export CMAKE_GENERATOR=Ninja
 export CMAKE_BUILD_PARALLEL_LEVEL="${CPU_COUNT:-2}"
 
