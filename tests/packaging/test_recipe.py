@@ -134,6 +134,21 @@ def test_build_scripts_never_download_highway():
     assert PYPROJECT["tool"]["scikit-build"]["cmake"]["define"]["TORCH_SEGOPS_HWY"]["env"] == "TORCH_SEGOPS_HWY"
 
 
+def test_rpath_to_the_environments_lib():
+    """_C.so is installed in lib/pythonX.Y/site-packages/torch_segops: build.sh gives it an rpath three levels up,
+    the environment's lib (libhwy's folder), and recipe.yaml allow-lists exactly that, which rattler-build drops
+    otherwise (it counts from the package's site-packages/, so its own `lib/` rpath lands in lib/pythonX.Y/lib).
+    test_recipe_e2e checks that the installed package loads the environment's libhwy."""
+    sh = (REPO / "recipe" / "build.sh").read_text()
+    rpaths = re.findall(r"export TORCH_SEGOPS_INSTALL_RPATH='([^']+)'", sh)
+    assert rpaths == ["@loader_path/../../..", "$ORIGIN/../../.."] and sh.find("INSTALL_RPATH") < sh.find("pip install")
+    linking = Stage0Recipe.from_file(REPO / "recipe" / "recipe.yaml").build.to_dict()["dynamic_linking"]
+    assert sorted(linking["rpath_allowlist"]) == sorted(rpaths), linking
+    assert PYPROJECT["tool"]["scikit-build"]["cmake"]["define"]["TORCH_SEGOPS_INSTALL_RPATH"]["env"] == \
+        "TORCH_SEGOPS_INSTALL_RPATH"
+    assert 'INSTALL_RPATH "${TORCH_SEGOPS_INSTALL_RPATH}"' in (REPO / "CMakeLists.txt").read_text()
+
+
 def test_python_independent(rendered):
     variants, _ = rendered
     requires_python = PYPROJECT["project"]["requires-python"]
