@@ -14,6 +14,9 @@ if not "%cuda_compiler_version%"=="None" (
     )
 )
 
+:: Google Highway from the host environment (libhwy), never downloaded (cmake/highway.cmake)
+set "TORCH_SEGOPS_HWY=system"
+
 set "CMAKE_GENERATOR=Ninja"
 set "CMAKE_BUILD_PARALLEL_LEVEL=%CPU_COUNT%"
 

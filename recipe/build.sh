@@ -21,6 +21,15 @@ map="-ffile-prefix-map=${SRC_DIR}=/usr/local/src/conda/${PKG_NAME}-${PKG_VERSION
 export CXXFLAGS="${CXXFLAGS:-} ${map}"
 export CUDAFLAGS="${CUDAFLAGS:-} $(printf -- '-Xcompiler=%s ' ${map})"
 
+# Google Highway from the host environment (libhwy), never downloaded (cmake/highway.cmake); _C.so, installed
+# in lib/pythonX.Y/site-packages/torch_segops, finds libhwy in the environment's lib (recipe.yaml allow-lists it)
+export TORCH_SEGOPS_HWY=system
+if [[ "${target_platform}" == osx-* ]]; then
+    export TORCH_SEGOPS_INSTALL_RPATH='@loader_path/../../..'
+else
+    export TORCH_SEGOPS_INSTALL_RPATH='$ORIGIN/../../..'
+fi
+
 export CMAKE_GENERATOR=Ninja
 export CMAKE_BUILD_PARALLEL_LEVEL="${CPU_COUNT:-2}"
 

@@ -35,11 +35,15 @@ step "installing torch ($TORCH_SPEC) and the build/test tools"
   "nvidia-cuda-cuobjdump==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'" \
   "nvidia-cuda-nvdisasm==13.2.86; platform_system == 'Linux' and platform_machine == 'x86_64'"
 
+# The CPU kernels are written with Google Highway: libhwy-dev (headers, CMake package, libhwy with the CPU
+# detection that picks the kernels at run time). Without apt-get the build takes Highway's release source where
+# it can download it, or says how to install it (cmake/highway.cmake).
 # tests/packaging/test_aarch64.py cross-compiles the library for linux-aarch64 with Debian's cross compiler;
 # tests/packaging/test_portability.py compiles the CPU sources with Debian's clang and libc++ (Apple's toolchain is
 # clang with libc++), for x86-64 and, with the cross compiler's headers, aarch64. Where apt-get exists they
 # are installed (a failure is an error); without apt-get those tests are skipped, saying why.
 apt_pkgs=()
+[ -f /usr/include/hwy/highway.h ] || apt_pkgs+=(libhwy-dev)
 command -v aarch64-linux-gnu-g++ >/dev/null || apt_pkgs+=(g++-aarch64-linux-gnu)
 if ! command -v clang++ >/dev/null || ! echo '#include <vector>' | clang++ -stdlib=libc++ -x c++ -fsyntax-only - 2>/dev/null; then
   apt_pkgs+=(clang libc++-dev libc++abi-dev)

@@ -282,9 +282,10 @@ def build_paths_in(pkg: PackageInfo, needles: list[str]) -> list[tuple[str, str]
 
 def inspect_package(pkg: PackageInfo, variant: dict, archs: str | None = None) -> dict:
     """What a built package holds and depends on, and every problem found: dependencies of its variant
-    (cpu: a cpu pytorch; CUDA: __cuda, a CUDA pytorch, the CUDA major of its nvcc, cudart), no build
-    paths, one doctor entry point, and for CUDA the fatbin of _C.so (SASS/PTX of exactly ``archs``,
-    default: the row of cmake/cuda_architectures.txt for its nvcc) and its NEEDED libraries."""
+    (cpu: a cpu pytorch; CUDA: __cuda, a CUDA pytorch, the CUDA major of its nvcc, cudart; every one: libhwy,
+    which _C.so links), no build paths, one doctor entry point, and for CUDA the fatbin of _C.so (SASS/PTX
+    of exactly ``archs``, default: the row of cmake/cuda_architectures.txt for its nvcc) and its NEEDED
+    libraries."""
     name = variant_name(variant)
     depends = sorted(pkg.index.get("depends", []))
     problems = []
@@ -305,6 +306,7 @@ def inspect_package(pkg: PackageInfo, variant: dict, archs: str | None = None) -
         need(f"cuda-version >={cuda},<{major + 1}" in depends,
              f"{name} must need cuda-version >={cuda},<{major + 1} (its nvcc's run-export), has {depends}")
         need(any(d.startswith("cuda-cudart >=") for d in depends), f"{name} must need cuda-cudart, has {depends}")
+    need(any(d.split()[0] == "libhwy" for d in depends), f"the package must need libhwy, has {depends}")
     need(pkg.link.get("noarch", {}).get("entry_points") == ["torch-segops-doctor = torch_segops.doctor:main"],
          f"the doctor entry point must be declared once: {pkg.link}")
     need(not [f for f in pkg.files() if f.startswith("bin/") or "python-scripts/" in f],
@@ -313,6 +315,8 @@ def inspect_package(pkg: PackageInfo, variant: dict, archs: str | None = None) -
     need(not hits, f"unrelocated build paths: {hits}")
     lib = pkg.root / "site-packages" / "torch_segops" / "_C.so"
     facts = {"variant": name, "depends": depends, "bytes": pkg.size, "files": len(pkg.paths)}
+    from tools.cuda_linkage import needed_libraries
+    need("libhwy.so.1" in needed_libraries(str(lib)), f"_C.so must link libhwy.so.1: {needed_libraries(str(lib))}")
     if name != "cpu":
         from tools.check_cuda_build import inspect
         from tools.cuda_toolchain import default_archs

@@ -12,7 +12,10 @@ build and tests touch, made from what this machine already has:
 * ``cmake``, ``ninja``  the binaries from the PyPI wheels, at ``bin/``,
 * ``gcc_linux-64``, ``gxx_linux-64``, ``cuda-nvcc_linux-64``  activation scripts pointing at the
                   system gcc/g++ and ``/usr/local/cuda`` (no compiler is shipped),
-* ``sysroot_linux-64`` (what ``stdlib('c')`` resolves to) and ``cuda-version`` metapackages: empty.
+* ``sysroot_linux-64`` (what ``stdlib('c')`` resolves to) and ``cuda-version`` metapackages: empty,
+* ``libhwy``      Google Highway from this machine's Debian libhwy-dev, laid out as conda-forge's libhwy:
+                  ``include/hwy``, ``lib/libhwy.so.1`` and a CMake package ``hwy`` (an imported ``hwy::hwy``)
+                  written here, with conda-forge's run-export (``libhwy >=X.Y.Z,<X.(Y+1).0a0``).
 
 For a CUDA variant (``--cuda 13.0``) a second channel is added next to it, made from PyPI's CUDA build
 of torch (downloaded once into a cache folder that is kept, see ``cache_dir()``):
@@ -136,7 +139,18 @@ def system_tools() -> dict:
         nvcc_ver = m.group(1) if m else None
     return {"gcc": gcc, "gcc_version": gcc_ver, "gxx": gxx, "gxx_version": gxx_ver,
             "glibc": ".".join(libc_ver.split(".")[:2]), "nvcc": str(nvcc) if nvcc_ver else None,
-            "nvcc_version": nvcc_ver}
+            "nvcc_version": nvcc_ver, **system_hwy()}
+
+
+def system_hwy() -> dict:
+    """This machine's Google Highway (Debian's libhwy-dev): headers, libhwy.so.1, version."""
+    header = Path("/usr/include/hwy/highway.h")
+    libs = sorted(Path("/usr/lib").glob("*/libhwy.so.1")) + sorted(Path("/usr/lib").glob("libhwy.so.1"))
+    if not header.exists() or not libs:
+        raise ChannelError("Google Highway (libhwy-dev) is not installed: tools/bootstrap.sh installs it with apt-get")
+    text = header.read_text()
+    version = ".".join(re.search(rf"#define HWY_{k} (\d+)", text).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
+    return {"hwy_include": str(header.parent), "hwy_lib": str(libs[0]), "hwy_version": version}
 
 
 def _tool_hash():
@@ -253,6 +267,50 @@ def build_toolchain(b: Builder, tools: dict) -> None:
     return gcc_major
 
 
+# The CMake package of the libhwy stand-in: the shared library as Highway's own hwy-config.cmake imports it
+HWY_CONFIG = """\
+# OFFLINE STAND-IN of Google Highway's CMake package (tools/offline_channel.py): the shared library only.
+get_filename_component(_hwy_prefix "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+if(NOT TARGET hwy::hwy)
+  add_library(hwy::hwy SHARED IMPORTED)
+  set_target_properties(hwy::hwy PROPERTIES IMPORTED_LOCATION "${_hwy_prefix}/lib/libhwy.so.1"
+                        IMPORTED_SONAME "libhwy.so.1" INTERFACE_INCLUDE_DIRECTORIES "${_hwy_prefix}/include"
+                        INTERFACE_COMPILE_DEFINITIONS HWY_SHARED_DEFINE)
+endif()
+"""
+HWY_CONFIG_VERSION = """\
+set(PACKAGE_VERSION "{version}")
+if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION OR NOT PACKAGE_FIND_VERSION_MAJOR EQUAL {major})
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+else()
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+endif()
+"""
+
+
+def build_libhwy(b: Builder, tools: dict) -> None:
+    """libhwy: this machine's Highway headers and library, a CMake package, and conda-forge's run-export
+    (its recipe: pin_subpackage('libhwy', max_pin='x.x'))."""
+    v = tools["hwy_version"]
+    major, minor = (int(x) for x in v.split(".")[:2])
+    d = b.stage("libhwy")
+    shutil.copytree(tools["hwy_include"], d / "include" / "hwy", symlinks=True)
+    real = Path(os.path.realpath(tools["hwy_lib"]))
+    (d / "lib" / "cmake" / "hwy").mkdir(parents=True)
+    shutil.copy2(real, d / "lib" / real.name)
+    if real.name != "libhwy.so.1":
+        (d / "lib" / "libhwy.so.1").symlink_to(real.name)
+    (d / "lib" / "libhwy.so").symlink_to("libhwy.so.1")
+    (d / "lib" / "cmake" / "hwy" / "hwy-config.cmake").write_text(HWY_CONFIG)
+    (d / "lib" / "cmake" / "hwy" / "hwy-config-version.cmake").write_text(
+        HWY_CONFIG_VERSION.format(version=v, major=major))
+    (d / "info").mkdir()
+    (d / "info" / "run_exports.json").write_text(json.dumps({"weak": [f"libhwy >={v},<{major}.{minor + 1}.0a0"]}))
+    b.package("libhwy", v, f"{STANDIN}_0", files_dir=d,
+              summary=f"Google Highway {v} from this machine's libhwy-dev (headers, libhwy.so.1, a CMake package)")
+    log(f"  libhwy {v}")
+
+
 def write_variants(channel: Path, tools: dict, python_version: str) -> Path:
     """The variant overrides that make conda_build_config.yaml's keys match the stand-ins."""
     mm = ".".join(python_version.split(".")[:2])
@@ -337,6 +395,7 @@ def ensure_channel(channel: Path = DEFAULT_CHANNEL, force: bool = False) -> tupl
     build_python_packages(b, whl)
     build_binary_wheel_packages(b)
     build_toolchain(b, tools)
+    build_libhwy(b, tools)
     variants = write_variants(channel, tools, python_version)
     _finish(b, fp, t0, tools=tools, torch_wheel=str(whl))
     return channel, variants

@@ -2,17 +2,19 @@
 
 1. The platform seam: a scan of src/csrc for Linux-only headers and calls, OS APIs of the other platforms,
    and GCC/Clang-only constructs, each allowed only in src/csrc/platform.{h,cpp} (immintrin.h also inside
-   an `#if defined(__AVX2__)` block), and `__linux__`/`_WIN32`/`__APPLE__` tested nowhere else.
+   an `#if defined(__AVX2__)` block), and `__linux__`/`_WIN32`/`__APPLE__` tested nowhere else. No
+   hand-written CPU detection anywhere: Google Highway's (hwy::SupportedTargets, cpu/dispatch.cpp) picks the
+   kernel object. The avx2 object's flags make Highway's static target AVX2 (GCC and Clang; MSVC's rule).
 2. Debian's clang with libc++ (the closest thing to Apple's toolchain; tools/bootstrap.sh installs clang,
    libc++-dev and libc++abi-dev with apt-get): every CPU translation unit, with -Werror -Wall -Wextra
-   (torch's headers with -isystem), for x86-64 (baseline and avx2 kernels, as CMakeLists.txt compiles them),
-   for x86-64 without GCC vector extensions (the path MSVC takes: -DSEGOPS_NO_VECTOR_EXT), and for aarch64
-   (the arm64 kernels, when Debian's aarch64 cross headers are there). One warning is turned off:
-   -Wbitwise-instead-of-logical, for the deliberate branch-free `(a | b) & !c` of bools in cpu/extremum_piece.h.
-3. platform.cpp on its own: built with clang/libc++ and with g++, its x86-64-v3 check (cpuid + xgetbv under
-   Clang, __builtin_cpu_supports under GCC) must agree with each other and with /proc/cpuinfo; its macOS
-   side (dladdr, RTLD_NOLOAD) compiles with __APPLE__ defined and __linux__ undefined.
-The Windows side (windows.h, __cpuidex, _xgetbv, __declspec) cannot be compiled here: only the scan covers it.
+   (torch's and Highway's headers as system headers), for x86-64 (baseline and avx2 kernels, as
+   CMakeLists.txt compiles them), for x86-64 without GCC vector extensions (the path MSVC takes:
+   -DSEGOPS_NO_VECTOR_EXT), and for aarch64 (the arm64 kernels, when Debian's aarch64 cross headers are
+   there). One warning is turned off: -Wbitwise-instead-of-logical, for the deliberate branch-free
+   `(a | b) & !c` of bools in cpu/extremum_piece.h.
+3. platform.cpp on its own: built with clang/libc++ and with g++, its answers agree; its macOS side (dladdr,
+   RTLD_NOLOAD) compiles with __APPLE__ defined and __linux__ undefined.
+The Windows side (windows.h, __declspec) cannot be compiled here: only the scan covers it.
 """
 
 from __future__ import annotations
@@ -39,11 +41,10 @@ CMAKE = (REPO / "CMakeLists.txt").read_text()
 
 # (what, pattern): allowed only in the seam files
 SEAM_ONLY = [
-    ("POSIX/Linux/x86 header", r"#\s*include\s*<(dlfcn\.h|unistd\.h|sys/[\w/]+\.h|linux/[\w/]+\.h|pthread\.h|cpuid\.h|x86intrin\.h)>"),
+    ("POSIX/Linux/x86 header", r"#\s*include\s*<(dlfcn\.h|unistd\.h|sys/[\w/]+\.h|linux/[\w/]+\.h|pthread\.h|x86intrin\.h)>"),
     ("Windows/MSVC header", r"#\s*include\s*<(windows\.h|intrin\.h|psapi\.h)>"),
     ("madvise/mmap", r"\b(madvise|mmap|munmap|MADV_\w+)\b"),
     ("dynamic loader call", r"\b(dlopen|dlsym|dladdr|RTLD_\w+|GetProcAddress|GetModuleHandle\w*|LoadLibrary\w*)\b"),
-    ("CPU feature query", r"\b(__builtin_cpu_\w+|__cpuid\w*|_xgetbv|xgetbv)\b"),
     ("GCC/Clang builtin", r"\b__builtin_\w+"),
     ("GCC/Clang attribute", r"__attribute__\s*\("),
     ("MSVC keyword", r"__declspec|\b__forceinline\b(?!__)"),
@@ -75,6 +76,23 @@ def test_platform_specific_code_sits_in_the_seam(what, pattern):
     assert in_seam, f"the pattern for {what} matches nothing in the seam either: is it still right?"
 
 
+# CPU feature queries: x86 (cpuid, xgetbv, GCC's builtins), Linux/aarch64 (the auxiliary vector), macOS, Windows
+CPU_DETECTION = (r"\b(__builtin_cpu_\w+|__cpuid\w*|_xgetbv|xgetbv|getauxval|AT_HWCAP\w*|HWCAP_\w+|sysctlbyname|"
+                 r"IsProcessorFeaturePresent)\b|#\s*include\s*<(cpuid\.h|sys/auxv\.h)>")
+
+
+def test_no_hand_written_cpu_detection():
+    """Google Highway's detection (hwy::SupportedTargets, in libhwy) picks the kernel object (cpu/dispatch.cpp);
+    no source, the seam included, asks the CPU itself."""
+    hits = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in sources() for n, line in code_lines(p)
+            if re.search(CPU_DETECTION, line)]
+    assert not hits, "hand-written CPU detection:\n" + "\n".join(hits)
+    assert "hwy::SupportedTargets()" in (CSRC / "cpu" / "dispatch.cpp").read_text()
+    removed = ["__builtin_cpu_supports(\"avx2\")", "__cpuidex(r, 7, 0);", "_xgetbv(0)", "#include <cpuid.h>",
+               "getauxval(AT_HWCAP) & HWCAP_ASIMD"]  # what the scan catches (platform.cpp's code before #39)
+    assert all(re.search(CPU_DETECTION, s) for s in removed)
+
+
 def test_immintrin_only_inside_an_avx2_guard():
     seen = 0
     for p in sources():
@@ -93,8 +111,8 @@ def test_immintrin_only_inside_an_avx2_guard():
 
 def test_the_seam_has_every_platform_side():
     text = (CSRC / "platform.cpp").read_text()
-    for needle in ("madvise", "GetProcAddress", "GetModuleHandleW", "dladdr", "dlsym", "__cpuidex", "_xgetbv",
-                   "__builtin_cpu_supports", "defined(_WIN32)", "defined(__APPLE__)"):
+    for needle in ("madvise", "GetProcAddress", "GetModuleHandleW", "dladdr", "dlsym", "defined(_WIN32)",
+                   "defined(__APPLE__)"):
         assert needle in text, needle
     header = (CSRC / "platform.h").read_text()
     for needle in ("__declspec(dllexport)", '__attribute__((visibility("default")))', "__forceinline", "_BitScanForward"):
@@ -103,7 +121,7 @@ def test_the_seam_has_every_platform_side():
 
 def test_cmake_isa_flags_per_compiler():
     """No x86 flag reaches arm64 or MSVC: -m flags for GCC/Clang, /arch:AVX2 for MSVC, avx2 only on x86-64."""
-    assert re.search(r"if\(MSVC\)\s*\n\s*set\(_isa_flags_avx2 /arch:AVX2\)\s*\nelse\(\)\s*\n\s*set\(_isa_flags_avx2 -mavx2", CMAKE)
+    assert re.search(r"if\(MSVC\)\s*\n\s*set\(_isa_flags_avx2 /arch:AVX2\)\s*\nelse\(\)[^\n]*\n\s*set\(_isa_flags_avx2 -mavx2", CMAKE)
     assert re.search(r'if\(CMAKE_SYSTEM_PROCESSOR MATCHES "\^\(x86_64\|AMD64\|amd64\)\$" AND NOT CMAKE_OSX_ARCHITECTURES MATCHES "arm64"\)\s*\n\s*list\(APPEND TORCH_SEGOPS_CPU_ISAS avx2\)', CMAKE)
     assert re.search(r'if\(CMAKE_SYSTEM_NAME STREQUAL "Linux"\)[^\n]*\n\s*target_link_options\(torch_segops_C PRIVATE "LINKER:--as-needed"\)', CMAKE)
 
@@ -148,7 +166,50 @@ def defines() -> list[str]:
 
 
 def avx2_flags() -> list[str]:
-    return re.search(r"else\(\)\s*\n\s*set\(_isa_flags_avx2 ([^)]*)\)", CMAKE).group(1).split()
+    return re.search(r"else\(\)[^\n]*\n\s*set\(_isa_flags_avx2 ([^)]*)\)", CMAKE).group(1).split()
+
+
+X86_64_V3 = ["-mavx2", "-mfma", "-mf16c", "-mbmi", "-mbmi2", "-mlzcnt", "-mmovbe"]
+# Highway's AVX2 target: AVX2, BMI2, FMA, F16C and its SSE4 target, which needs PCLMUL and AES (hwy/detect_targets.h)
+STATIC_TARGET_PROBE = "#include <hwy/detect_targets.h>\nstatic_assert(HWY_STATIC_TARGET == HWY_AVX2, \"not AVX2\");\n"
+
+
+def preprocess(compiler: str, flags: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    probe = tmp_path / "static_target.cpp"
+    probe.write_text(STATIC_TARGET_PROBE)
+    return subprocess.run([compiler, "-std=c++17", "-fsyntax-only", *flags, str(probe)], capture_output=True, text=True)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 compilers only")
+@pytest.mark.parametrize("compiler", ["g++", CLANG])
+def test_avx2_flags_make_highways_static_target_avx2(compiler, tmp_path):
+    """The avx2 object is Highway's AVX2 static target (kernels.cpp stops the build otherwise; cpu/dispatch.cpp
+    runs it where hwy::SupportedTargets has HWY_AVX2): x86-64-v3's flags and -mpclmul -maes. Without those two,
+    Highway's static target drops to SSSE3."""
+    if compiler == CLANG:
+        need_clang()
+    hwy_include()
+    flags = avx2_flags()
+    assert set(X86_64_V3 + ["-mpclmul", "-maes"]) <= set(flags), flags
+    r = preprocess(compiler, flags, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = preprocess(compiler, [f for f in flags if f not in ("-mpclmul", "-maes")], tmp_path)
+    assert r.returncode != 0 and "not AVX2" in r.stderr, r.stderr[-3000:]
+
+
+def test_msvc_arch_avx2_is_highways_avx2_target(tmp_path):
+    """MSVC defines no per-feature macros: Highway takes __AVX2__ (/arch:AVX2 defines __AVX__ and __AVX2__) for
+    its whole AVX2 target. Checked on Highway's headers with MSVC's predefined macros of an x64 /arch:AVX2
+    build in place of the compiler's own (a model of MSVC: conda-forge's win-64 build compiles the real one)."""
+    need_clang()
+    hwy_include()
+    msvc = ["-U__GNUC__", "-U__clang__", "-U__x86_64__", "-D_MSC_VER=1930", "-D_M_X64=100", "-D_M_AMD64=100",
+            "-Wno-builtin-macro-redefined"]
+    assert re.search(r"if\(MSVC\)\s*\n\s*set\(_isa_flags_avx2 /arch:AVX2\)", CMAKE)
+    r = preprocess(CLANG, [*msvc, "-D__AVX__", "-D__AVX2__"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = preprocess(CLANG, [*msvc, "-D__AVX__"], tmp_path)  # /arch:AVX: not the AVX2 target
+    assert r.returncode != 0 and "not AVX2" in r.stderr, r.stderr[-3000:]
 
 
 def library_sources() -> list[str]:
@@ -156,15 +217,54 @@ def library_sources() -> list[str]:
     return block.split()
 
 
+def hwy_include() -> str:
+    """The folder that holds Highway's hwy/ headers (Debian's libhwy-dev: /usr/include), alone: x86-64's
+    /usr/include must not reach the aarch64 compile."""
+    header = Path("/usr/include/hwy/highway.h")
+    if not header.exists():
+        if shutil.which("apt-get"):
+            pytest.fail("no Highway headers (/usr/include/hwy): tools/bootstrap.sh installs libhwy-dev with apt-get")
+        pytest.skip("no Highway headers (/usr/include/hwy) and no apt-get: the clang/libc++ compile did not run")
+    return str(_hwy_only_include())
+
+
+@functools.lru_cache(maxsize=None)
+def _hwy_only_include() -> Path:
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="hwy-include-"))
+    (folder / "hwy").symlink_to("/usr/include/hwy")
+    return folder
+
+
 def aarch64_sysroot() -> bool:
     return Path("/usr/aarch64-linux-gnu/include/stdio.h").exists()
+
+
+def isa_list_header(folder: Path, isas: list[str]) -> Path:
+    """cpu_isa_list.h as CMakeLists.txt generates it (its file(CONFIGURE) template) for the objects `isas`."""
+    template = re.search(r'file\(CONFIGURE OUTPUT "\$\{CMAKE_BINARY_DIR\}/generated/cpu_isa_list\.h" CONTENT\s*'
+                         r'"((?:[^"\\]|\\.)*)"\)', CMAKE).group(1)
+    text = (template.replace("${_isa_x}", " ".join(f"X({i})" for i in isas)).replace("${_isa_csv}", ",".join(isas))
+            .replace("\\n", "\n").replace('\\"', '"'))
+    assert "${" not in text, text
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cpu_isa_list.h").write_text(text)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> dict[str, Path]:
+    """The generated-header folder of an x86-64 build (baseline, avx2) and of an aarch64 one (baseline)."""
+    base = tmp_path_factory.mktemp("generated")
+    return {"x86_64": isa_list_header(base / "x86_64", ["baseline", "avx2"]),
+            "aarch64": isa_list_header(base / "aarch64", ["baseline"])}
 
 
 # (id, compiler arguments); the kernels as CMakeLists.txt compiles them, once per instruction set
 def units() -> list[tuple[str, list[str]]]:
     out = []
     for src in library_sources():
-        out.append((f"x86_64:{src}", ["-DTORCH_SEGOPS_CPU_AVX2", src]))
+        out.append((f"x86_64:{src}", [src]))
         out.append((f"aarch64:{src}", ["--target=aarch64-linux-gnu", src]))
     kernels = "src/csrc/cpu/kernels.cpp"
     out += [("x86_64:kernels/baseline", ["-DSEGOPS_CPU_ISA=baseline", kernels]),
@@ -183,14 +283,15 @@ def test_cpu_units_cover_the_library():
 
 
 @pytest.mark.parametrize("name,args", units(), ids=[u[0] for u in units()])
-def test_clang_libcxx_werror(name, args, torch_include):
+def test_clang_libcxx_werror(name, args, torch_include, generated):
     need_clang()
     if name.startswith("aarch64") and not aarch64_sysroot():
         if shutil.which("apt-get"):
             pytest.fail("no aarch64 C headers (/usr/aarch64-linux-gnu): tools/bootstrap.sh installs g++-aarch64-linux-gnu")
         pytest.skip("no aarch64 C headers (/usr/aarch64-linux-gnu) and no apt-get: the arm64 compile did not run")
     cmd = [CLANG, "-std=c++17", "-stdlib=libc++", "-fsyntax-only", "-Werror", "-Wall", "-Wextra",
-           "-Wno-bitwise-instead-of-logical", "-isystem", torch_include, "-I", str(CSRC), *defines(), *args]
+           "-Wno-bitwise-instead-of-logical", "-isystem", torch_include, "-isystem", hwy_include(), "-I", str(CSRC),
+           "-I", str(generated[name.split(":")[0].split("-")[0]]), *defines(), *args]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-6000:]}"
 
@@ -203,25 +304,14 @@ MAIN = r"""
 #include <cstdio>
 #include "platform.h"
 int main() {
-  std::printf("%d %d %d\n", torch_segops::platform::cpu_has_x86_64_v3() ? 1 : 0,
-              torch_segops::platform::torch_cpu_symbol("torch_exception_get_what_without_backtrace") == nullptr,
-              torch_segops::lowest_bit(0x50u));
+  std::printf("%d %d %d\n", torch_segops::platform::torch_cpu_symbol("torch_exception_get_what_without_backtrace") == nullptr,
+              torch_segops::lowest_bit(0x50u), torch_segops::platform::available_memory_bytes() > 0);
 }
 """
 
 
-def cpuinfo_has_v3() -> bool | None:
-    """x86-64-v3 as the kernel reports it (it clears avx where the OS does not save YMM state)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    flags = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split())
-    return {"avx", "avx2", "fma", "f16c", "bmi1", "bmi2"} <= flags
-
-
-@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="x86-64 Linux only")
-def test_cpu_check_agrees_across_compilers(tmp_path):
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
+def test_platform_cpp_agrees_across_compilers(tmp_path):
     need_clang()
     (tmp_path / "main.cpp").write_text(MAIN)
     results = {}
@@ -231,11 +321,8 @@ def test_cpu_check_agrees_across_compilers(tmp_path):
                         str(CSRC / "platform.cpp"), str(tmp_path / "main.cpp"), "-o", str(exe), "-ldl"], check=True)
         results[cxx] = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
     assert results[CLANG] == results["g++"], results
-    v3, no_torch, bit = results["g++"]
-    assert (no_torch, bit) == ("1", "4")  # libtorch_cpu is not loaded in this program; lowest bit of 0b1010000
-    expected = cpuinfo_has_v3()
-    if expected is not None:
-        assert v3 == ("1" if expected else "0"), (v3, expected)
+    # libtorch_cpu is not loaded in this program; the lowest bit of 0b1010000; /proc/meminfo read
+    assert results["g++"] == ["1", "4", "1"], results
 
 
 def test_platform_cpp_macos_side_compiles(tmp_path, torch_include):

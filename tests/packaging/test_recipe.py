@@ -108,6 +108,47 @@ def test_pytorch_pins_and_run_exports(rendered):
         assert v.recipe.requirements.to_dict()["ignore_run_exports"] == {"from_package": ["pytorch"]}
 
 
+HWY_MIN = re.search(r"set\(TORCH_SEGOPS_HWY_MIN_VERSION ([\d.]+)\)", (REPO / "cmake" / "highway.cmake").read_text()).group(1)
+
+
+def test_highway_in_host_and_run(rendered):
+    """Google Highway (conda-forge's libhwy) in host, bare (the global pinning's version; its headers, CMake
+    package and libhwy.so.1), and in run from cmake/highway.cmake's minimum to the next soname (libhwy's
+    run-export narrows it to the minor version built against); every variant, no selector."""
+    variants, _ = rendered
+    for name, v in variants.items():
+        assert by_name(reqs(v, "host"), "libhwy") == ["libhwy"], name
+        assert by_name(reqs(v, "run"), "libhwy") == [f"libhwy >={HWY_MIN},<{int(HWY_MIN.split('.')[0]) + 1}"], name
+    for path in ("recipe/recipe.yaml", "recipe-v0/meta.yaml"):
+        lines = [ln for ln in (REPO / path).read_text().splitlines() if re.search(r"^\s*- libhwy\b", ln)]
+        assert len(lines) == 2 and not any("# [" in ln for ln in lines), (path, lines)
+
+
+def test_build_scripts_never_download_highway():
+    """TORCH_SEGOPS_HWY=system (the host's libhwy or a configure error, never cmake/highway.cmake's download),
+    set before pip runs CMake; recipe-v0's scripts run these. pyproject.toml passes the variable to CMake."""
+    for script, setting, pip in (("build.sh", "export TORCH_SEGOPS_HWY=system", '"${PYTHON}" -m pip install'),
+                                 ("build.bat", 'set "TORCH_SEGOPS_HWY=system"', '"%PYTHON%" -m pip install')):
+        text = (REPO / "recipe" / script).read_text()
+        assert text.count("TORCH_SEGOPS_HWY") == 1 and -1 < text.find(setting) < text.find(pip), script
+    assert PYPROJECT["tool"]["scikit-build"]["cmake"]["define"]["TORCH_SEGOPS_HWY"]["env"] == "TORCH_SEGOPS_HWY"
+
+
+def test_rpath_to_the_environments_lib():
+    """_C.so is installed in lib/pythonX.Y/site-packages/torch_segops: build.sh gives it an rpath three levels up,
+    the environment's lib (libhwy's folder), and recipe.yaml allow-lists exactly that, which rattler-build drops
+    otherwise (it counts from the package's site-packages/, so its own `lib/` rpath lands in lib/pythonX.Y/lib).
+    test_recipe_e2e checks that the installed package loads the environment's libhwy."""
+    sh = (REPO / "recipe" / "build.sh").read_text()
+    rpaths = re.findall(r"export TORCH_SEGOPS_INSTALL_RPATH='([^']+)'", sh)
+    assert rpaths == ["@loader_path/../../..", "$ORIGIN/../../.."] and sh.find("INSTALL_RPATH") < sh.find("pip install")
+    linking = Stage0Recipe.from_file(REPO / "recipe" / "recipe.yaml").build.to_dict()["dynamic_linking"]
+    assert sorted(linking["rpath_allowlist"]) == sorted(rpaths), linking
+    assert PYPROJECT["tool"]["scikit-build"]["cmake"]["define"]["TORCH_SEGOPS_INSTALL_RPATH"]["env"] == \
+        "TORCH_SEGOPS_INSTALL_RPATH"
+    assert 'INSTALL_RPATH "${TORCH_SEGOPS_INSTALL_RPATH}"' in (REPO / "CMakeLists.txt").read_text()
+
+
 def test_python_independent(rendered):
     variants, _ = rendered
     requires_python = PYPROJECT["project"]["requires-python"]

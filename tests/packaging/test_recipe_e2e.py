@@ -30,6 +30,7 @@ pytestmark = pytest.mark.slow
 XDIST_SPLIT_BY = "built"  # the cpu and cuda130 packages are built by two workers at once (tests/conftest.py)
 METRICS = ct.cache_dir() / "conda-e2e-metrics.json"
 CI_ARCHS = "75-real;90-real"
+HWY_MIN = re.search(r"set\(TORCH_SEGOPS_HWY_MIN_VERSION ([\d.]+)\)", (REPO / "cmake" / "highway.cmake").read_text()).group(1)
 
 
 def report(request, line: str) -> None:
@@ -98,11 +99,16 @@ def test_package_metadata(built):
     # python_min is the offline variant file's (the stand-in channel has one python); shipped: 3.10
     python_min = built["variant"].variant["python_min"]
     assert python_min == f"{sys.version_info.major}.{sys.version_info.minor}"
+    # libhwy: the recipe's range and the (stand-in) libhwy's run-export, as conda-forge's carries it
+    from tools import offline_channel
+    hwy = offline_channel.system_hwy()["hwy_version"]
+    major, minor = (int(x) for x in hwy.split(".")[:2])
+    libhwy = [f"libhwy >={hwy},<{major}.{minor + 1}.0a0", f"libhwy >={HWY_MIN},<{int(HWY_MIN.split('.')[0]) + 1}"]
     if name == "cpu":
-        assert sorted(idx["depends"]) == [f"python >={python_min}", "pytorch >=2.10 cpu*"]
+        assert sorted(idx["depends"]) == sorted([*libhwy, f"python >={python_min}", "pytorch >=2.10 cpu*"])
     else:  # the run-exports of the (stand-in) cuda-nvcc and cuda-cudart-dev, as conda-forge's carry them
-        assert sorted(idx["depends"]) == ["__cuda", "cuda-cudart >=13.0.96,<14.0a0", "cuda-version >=13.0,<14",
-                                          f"python >={python_min}", "pytorch >=2.10 cuda*"]
+        assert sorted(idx["depends"]) == sorted(["__cuda", "cuda-cudart >=13.0.96,<14.0a0", "cuda-version >=13.0,<14",
+                                                 *libhwy, f"python >={python_min}", "pytorch >=2.10 cuda*"])
     assert built["pkg"].link["noarch"]["entry_points"] == ["torch-segops-doctor = torch_segops.doctor:main"]
 
 
@@ -160,10 +166,14 @@ def test_install_into_fresh_env_and_run(built, tmp_path_factory, request):
         "info = so.build_info()\n"
         "assert info['variant'] == ('cpu' if torch.version.cuda is None else 'cuda'), info\n"
         "assert info['cuda_version'] == torch.version.cuda, (info, torch.version.cuda)\n"
-        "print(so.library_path())\n")
+        "print(so.library_path())\n"
+        "print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libhwy.so' in l}))\n")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().startswith(str(env)), f"library not loaded from the new environment: {out.stdout}"
+    library, hwy = out.stdout.splitlines()
+    assert library.startswith(str(env)), f"library not loaded from the new environment: {out.stdout}"
+    # _C.so's libhwy.so.1 is the environment's (this machine also has Debian's, in the loader's cache)
+    assert hwy.split() and all(h.startswith(f"{env}/lib/") for h in hwy.split()), hwy
     check = subprocess.run([str(py), "-m", "pip", "check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     doctor = env / "bin" / "torch-segops-doctor"
