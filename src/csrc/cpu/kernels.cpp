@@ -50,6 +50,7 @@
 #error "the avx512 object's flags must make Highway's static target AVX3 (CMakeLists.txt)"
 #endif
 
+HWY_BEFORE_NAMESPACE();
 namespace torch_segops {
 namespace cpu {
 namespace {
@@ -238,3 +239,4 @@ const Kernels& SEGOPS_CAT(kernels_, SEGOPS_CPU_ISA)() {
 
 }  // namespace cpu
 }  // namespace torch_segops
+HWY_AFTER_NAMESPACE();

@@ -34,6 +34,7 @@
 #include "reduction_policies.h"
 #include "tensor_ptr.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace torch_segops {
 namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
@@ -671,3 +672,4 @@ int scatter_plan_kernel(const ScatterArgs& a, Reduce r, const Tensor& out, const
 SEGOPS_ISA_NAMESPACE_END
 }  // namespace cpu
 }  // namespace torch_segops
+HWY_AFTER_NAMESPACE();
