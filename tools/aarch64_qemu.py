@@ -4,13 +4,15 @@
     python tools/aarch64_qemu.py                 # tests/api/test_ops.py, test_autograd.py, test_errors.py
     python tools/aarch64_qemu.py tests/api/test_ops.py -k gather
 
-1. Cross-builds _C.so for aarch64 against PyPI's torch==2.10.0 aarch64 wheel (tools/torch_wheels.py, as
-   tests/packaging/test_aarch64.py does), with Debian's g++-aarch64-linux-gnu.
+1. Cross-builds _C.so for aarch64 (optimised, as released) against PyPI's torch==2.10.0 aarch64 wheel
+   (tools/torch_wheels.py, as tests/packaging/test_aarch64.py does) and Debian's arm64 Google Highway
+   (libhwy-dev, libhwy1: tools/debian_arm64.py), with Debian's g++-aarch64-linux-gnu.
 2. An aarch64 Python: Debian's own python3.11 for arm64 (the same Python minor as the cp311 wheels), with
    its library closure (libc6, libstdc++6, ...), downloaded by apt-get with a PRIVATE state folder
    (-o Dir::State/Dir::Cache=... APT::Architecture=arm64: the machine's dpkg and apt configuration are not
    touched, no foreign architecture is added) and unpacked with dpkg-deb -x into
-   cache_dir()/aarch64-root. qemu-aarch64 -L <that root> then finds the aarch64 loader and libraries.
+   cache_dir()/aarch64-root (tools/debian_arm64.py). qemu-aarch64 -L <that root> then finds the aarch64
+   loader and libraries; the guest's LD_LIBRARY_PATH (qemu -E) is the arm64 libhwy's folder of step 1.
 3. torch 2.10.0 (aarch64, +cpu) with --no-deps (pip evaluates torch's x86-only nvidia markers against the
    host otherwise), its pure-Python dependencies, numpy (aarch64 wheel), pytest and hypothesis go into
    <root>/site with `pip install --target --platform manylinux_2_28_aarch64`.
@@ -31,6 +33,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script (python tools/aarch64_qemu.py): the tools package from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools import debian_arm64  # noqa: E402
 from tools import torch_wheels as tw  # noqa: E402
 from tools.conda_tools import cache_dir  # noqa: E402
 
@@ -58,24 +61,12 @@ def ensure_host_tools() -> None:
 
 
 def aarch64_root() -> Path:
-    """Debian's arm64 python3.11 and its libraries, unpacked (not installed) into the cache."""
-    apt, root = cache_dir() / "aarch64-apt", cache_dir() / "aarch64-root"
+    """Debian's arm64 python3.11 and its libraries, unpacked (not installed) into the cache, with torch and the
+    test requirements in <root>/site."""
+    root = cache_dir() / "aarch64-root"
     if (root / "usr" / "bin" / "python3.11").exists() and (root / "site" / "torch").is_dir():
         return root
-    for d in ("lists/partial", "cache/archives/partial", "state"):
-        (apt / d).mkdir(parents=True, exist_ok=True)
-    (apt / "state" / "status").touch()
-    opts = []
-    for k, v in (("APT::Architecture", "arm64"), ("APT::Architectures::", "arm64"), ("Dir::State", apt / "state"),
-                 ("Dir::State::Lists", apt / "lists"), ("Dir::State::Status", apt / "state" / "status"),
-                 ("Dir::Cache", apt / "cache"), ("Debug::NoLocking", "1")):
-        opts += ["-o", f"{k}={v}"]
-    sh(["apt-get", *opts, "update", "-qq"])
-    sh(["apt-get", *opts, "install", "--download-only", "-y", "-qq", "--no-install-recommends", *DEBS])
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    for deb in sorted((apt / "cache" / "archives").glob("*.deb")):
-        sh(["dpkg-deb", "-x", deb, root])
+    root = debian_arm64.unpacked_root("root", DEBS, "usr/bin/python3.11")
     whl = tw.download_torch(tw.OLDEST, "aarch64")
     target = ["--target", root / "site", "--platform", tw.MACHINES["aarch64"], "--python-version", "3.11",
               "--implementation", "cp", "--only-binary=:all:"]
@@ -90,14 +81,15 @@ def main(argv=None) -> int:
     t0 = time.time()
     ensure_host_tools()
     lib, _, s = tw.build_library(cache_dir() / "aarch64-build", tw.oldest_torch_dir("aarch64"),
-                                 defines={"CMAKE_SYSTEM_NAME": "Linux", "CMAKE_SYSTEM_PROCESSOR": "aarch64",
-                                          "CMAKE_CXX_COMPILER": "aarch64-linux-gnu-g++"})
+                                 defines=debian_arm64.cross_defines())
     log(f"cross-built {lib} in {s:.0f} s")
     root = aarch64_root()
     env = dict(os.environ, PYTHONPATH=f"{root / 'site'}:{REPO / 'src'}", TORCH_SEGOPS_LIBRARY=str(lib),
                PYTHONNOUSERSITE="1")
-    cmd = ["qemu-aarch64", "-L", root, root / "usr" / "bin" / "python3.11", "-m", "pytest", *tests, "-q",
-           "-p", "no:cacheprovider"]
+    # the guest's loader finds libhwy.so.1 where the library was linked against it (a host path: qemu -L
+    # maps a guest path into the root first, then falls back to the same path outside it)
+    cmd = ["qemu-aarch64", "-L", root, "-E", f"LD_LIBRARY_PATH={debian_arm64.hwy_lib_dir()}",
+           root / "usr" / "bin" / "python3.11", "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider"]
     log("running " + " ".join(map(str, cmd)))
     rc = subprocess.call([str(c) for c in cmd], env=env, cwd=REPO)
     log(f"pytest exit {rc} after {time.time() - t0:.0f} s in all")
