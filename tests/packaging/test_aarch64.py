@@ -15,7 +15,7 @@ source, template instance and call is still compiled, so the torch and Highway s
 its NEEDED entries are those of the optimised build or more; docs/ci.md, "Compiling less"), except
 src/csrc/cpu/kernels.cpp, which is compiled at the release's -O3 (a CMake project include sets that file's
 COMPILE_OPTIONS): its object holds the CSR reductions' hot loops, disassembled below. That compile is the
-build's longest step (about 40 s of wall more than an -O0 one, beside scatter_kernels.cpp's; docs/ci.md).
+build's longest step (about 30 CPU s more than at -O0; docs/ci.md, "Compiling less").
 
 Checked: the result is an aarch64 ELF64 shared object; its NEEDED entries are libtorch_cpu, libhwy.so.1 and the
 C/C++ runtime only (no CUDA, no x86 loader); the CPU kernels are compiled once, as the "baseline" object (no
