@@ -185,13 +185,13 @@ void softmax_kernel(const CsrArgs& a, const Tensor& out) {
     const State* st = stats.get();
     // exp(x - max) / sum in A, never exp(x - lse) (see StateResult). A +inf in the segment makes the
     // whole segment NaN, as torch.softmax does (inf - inf).
-    constexpr A kInf = std::numeric_limits<A>::infinity(), kNaN = std::numeric_limits<A>::quiet_NaN();
     if constexpr (std::is_same_v<T, float> && kF32Lanes >= 4) {
       float* o = mptr<T>(out);
       expand_csr_rows(a, a.N, o, [&](float* ob, const int64_t* p, int64_t lo, int64_t hi, int64_t b) {
         softmax_rows(ob, x, st, p, lo, hi, b, a.N, a.S, a.F);
       });
     } else {
+      constexpr A kInf = std::numeric_limits<A>::infinity(), kNaN = std::numeric_limits<A>::quiet_NaN();
       expand_csr(a, a.N, mptr<T>(out), [x, st](int64_t re, int64_t se) {
         const State& s = st[se];
         return static_cast<T>(s.m == kInf ? kNaN : exp_approx(to_acc<A>(x[re]) - s.m) / s.s);
