@@ -71,13 +71,17 @@ def _built_as() -> dict:
     if isa is not None:
         isa.restype = ctypes.c_char_p
         info["cpu_isa"] = isa().decode()
+    targets = getattr(lib, "torch_segops_cpu_targets", None)
+    if targets is not None:  # each set's Highway target: {"baseline": "sse2", "avx2": "avx2", ...}
+        targets.restype = ctypes.c_char_p
+        info["cpu_targets"] = dict(kv.split("=", 1) for kv in targets().decode().split(",") if kv)
     info["library"] = load()
     return info
 
 
 def build_info() -> dict:
-    """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs, CPU kernel sets;
-    and what this process runs: the CPU kernel set (``cpu_isa``) and the CUDA reduction plans allowed
+    """What the loaded binary was built as: version, variant (cpu/cuda), CUDA version and archs, CPU kernel sets
+    (``cpu_isas``) and each one's Google Highway target (``cpu_targets``); and what this process runs: the CPU kernel set (``cpu_isa``) and the CUDA reduction plans allowed
     (``cuda_plans``, see :func:`cuda_plans`)."""
     info = dict(_built_as())
     try:

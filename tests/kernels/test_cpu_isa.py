@@ -51,6 +51,17 @@ def test_build_info_names_the_compiled_and_running_sets():
     assert info["cpu_isa"] in info["cpu_isas"]
 
 
+def test_build_info_names_each_sets_highway_target():
+    targets = so.build_info()["cpu_targets"]
+    assert list(targets) == so.build_info()["cpu_isas"], targets
+    if X86:
+        # the baseline: SSE2 from Highway 1.1 on; its 128-bit emulation or (GCC < 12.3) its scalar target before
+        assert targets["baseline"] in ("sse2", "emu128", "scalar"), targets
+        assert targets["avx2"] == "avx2" and targets["avx512"] == "avx3", targets
+    elif platform.machine() in ("aarch64", "arm64"):
+        assert targets["baseline"].startswith("neon"), targets
+
+
 def test_environment_variable_forces_a_set():
     assert _isa_in_subprocess("baseline") == "baseline"
     assert _isa_in_subprocess("BASELINE") == "baseline"

@@ -15,8 +15,6 @@
 
 namespace torch_segops {
 namespace cpu {
-namespace {
-
 // The compiled objects, lowest first (the baseline).
 std::vector<const Kernels*> compiled() {
   std::vector<const Kernels*> out;
@@ -25,6 +23,8 @@ std::vector<const Kernels*> compiled() {
 #undef SEGOPS_ADD_KERNELS
   return out;
 }
+
+namespace {
 
 std::string join_names(const std::vector<const Kernels*>& ks) {
   std::string s;
@@ -90,3 +90,18 @@ const char* chosen_isa() { return choice().name.c_str(); }
 // The kernel set this process runs ("baseline", "avx2", or "invalid: ..."), for torch_segops.build_info()
 // (ctypes: never throws).
 extern "C" SEGOPS_EXPORT const char* torch_segops_cpu_isa() { return torch_segops::cpu::chosen_isa(); }
+
+// Each compiled set's Highway target, "baseline=sse2,avx2=avx2,avx512=avx3" (Highway's names in lower case):
+// what the baseline is depends on the Highway version and compiler the library was built with.
+extern "C" SEGOPS_EXPORT const char* torch_segops_cpu_targets() {
+  static const std::string names = [] {
+    std::string s;
+    for (const torch_segops::cpu::Kernels* k : torch_segops::cpu::compiled()) {
+      std::string t = hwy::TargetName(k->target);
+      for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      s += (s.empty() ? "" : ",") + std::string(k->isa) + "=" + t;
+    }
+    return s;
+  }();
+  return names.c_str();
+}

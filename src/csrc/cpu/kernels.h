@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <torch/csrc/stable/tensor.h>
 
@@ -44,6 +45,9 @@ SEGOPS_CPU_ISA_LIST(SEGOPS_DECLARE_KERNELS)
 // (Highway's detection). Throws std::runtime_error when the variable names an object that is not
 // compiled in or that this CPU cannot run.
 const Kernels& kernels();
+
+// The compiled objects, lowest first (the baseline).
+std::vector<const Kernels*> compiled();
 
 // The compiled objects' names, lowest first, comma-separated ("baseline,avx2"), for build_info().
 const char* compiled_isas();
