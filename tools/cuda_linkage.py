@@ -7,9 +7,10 @@ import re
 import subprocess
 
 # Undefined dynamic symbols a CUDA build may have: the torch stable C shim (libtorch_cpu/libtorch_cuda,
-# bound when torch has loaded them), the CUDA runtime (versioned libcudart.so.N), the C/C++ runtime.
+# bound when torch has loaded them), the CUDA runtime (versioned libcudart.so.N), the C/C++ runtime, and
+# Google Highway's CPU detection (libhwy's versioned HWY_0 symbols; none where Highway is linked statically).
 ALLOWED_UNVERSIONED = re.compile(r"^(aoti_torch_\w+|torch_\w+|__gmon_start__|_ITM_\w+|__cxa_finalize)$")
-ALLOWED_VERSIONS = re.compile(r"^(GLIBC|GLIBCXX|CXXABI|GCC|libcudart\.so)")
+ALLOWED_VERSIONS = re.compile(r"^(GLIBC|GLIBCXX|CXXABI|GCC|libcudart\.so|HWY_)")
 
 
 def undefined_symbols(path: str) -> list[tuple[str, str]]:
