@@ -1,9 +1,9 @@
 """CPU kernels per instruction-set target and per build, interleaved round by round (issue #39).
 
-    python benchmarks/bench_simd.py                                  # the installed library: every target this CPU runs
-    python benchmarks/bench_simd.py --cand new= --cand old=OLD/_C.so # two builds, each on its default target
-    python benchmarks/bench_simd.py --cand avx3=:avx3 --cand sse4=:sse4 --cand old=OLD/_C.so:avx2 --ref old
-    python benchmarks/bench_simd.py --shape 20Mx1 --ops sum,max --rounds 9 --markdown out.md
+    python benchmarks/simd_objects.py                                  # the installed library: every target this CPU runs
+    python benchmarks/simd_objects.py --cand new= --cand old=OLD/_C.so # two builds, each on its default target
+    python benchmarks/simd_objects.py --cand avx3=:avx3 --cand sse4=:sse4 --cand old=OLD/_C.so:avx2 --ref old
+    python benchmarks/simd_objects.py --shape 20Mx1 --ops sum,max --rounds 9 --markdown out.md
 
 A candidate is NAME=[LIBRARY][:TARGET] (an empty library: the installed one; no target: its default). Each
 runs in a worker process of its own (TORCH_SEGOPS_LIBRARY and TORCH_SEGOPS_CPU_ISA are read once per
@@ -104,7 +104,7 @@ class Worker:
             env["TORCH_SEGOPS_CPU_ISA"] = isa
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.name = name
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_simd", "--worker"], cwd=repo, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.simd_objects", "--worker"], cwd=repo, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         hello = self.read()
         self.isa, self.isas = hello["isa"], hello["isas"]
