@@ -26,6 +26,11 @@ std::vector<const Kernels*> compiled() {
 
 namespace {
 
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 std::string join_names(const std::vector<const Kernels*>& ks) {
   std::string s;
   for (const Kernels* k : ks) s += (s.empty() ? "" : ", ") + std::string(k->isa);
@@ -49,8 +54,7 @@ Choice choose() {
   c.kernels = runnable.back();  // the objects are listed lowest first
   const char* env = std::getenv("TORCH_SEGOPS_CPU_ISA");
   if (env != nullptr && *env != '\0') {
-    std::string want = env;
-    for (char& ch : want) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string want = lower(env);
     const Kernels* named = nullptr;
     for (const Kernels* k : all) {
       if (want == k->isa) named = k;
@@ -80,8 +84,6 @@ const Kernels& kernels() {
   return *c.kernels;
 }
 
-const char* compiled_isas() { return TORCH_SEGOPS_CPU_ISAS; }
-
 const char* chosen_isa() { return choice().name.c_str(); }
 
 }  // namespace cpu
@@ -97,9 +99,7 @@ extern "C" SEGOPS_EXPORT const char* torch_segops_cpu_targets() {
   static const std::string names = [] {
     std::string s;
     for (const torch_segops::cpu::Kernels* k : torch_segops::cpu::compiled()) {
-      std::string t = hwy::TargetName(k->target);
-      for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      s += (s.empty() ? "" : ",") + std::string(k->isa) + "=" + t;
+      s += (s.empty() ? "" : ",") + std::string(k->isa) + "=" + torch_segops::cpu::lower(hwy::TargetName(k->target));
     }
     return s;
   }();

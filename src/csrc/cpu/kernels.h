@@ -49,8 +49,6 @@ const Kernels& kernels();
 // The compiled objects, lowest first (the baseline).
 std::vector<const Kernels*> compiled();
 
-// The compiled objects' names, lowest first, comma-separated ("baseline,avx2"), for build_info().
-const char* compiled_isas();
 // The chosen object's name, or "invalid: " and the error of an invalid TORCH_SEGOPS_CPU_ISA.
 const char* chosen_isa();
 
