@@ -41,7 +41,9 @@ def built(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc not found")
     work = tmp_path_factory.mktemp("cuda-build")
-    return cuda_build.build(str(work / "build"), toolchain.CI_ARCHS, NVCC, keep_dir=str(work / "nvcc-keep"))
+    # the CPU kernels as the baseline object alone: the other objects are the pip build's and the packages' (docs/ci.md)
+    return cuda_build.build(str(work / "build"), toolchain.CI_ARCHS, NVCC, keep_dir=str(work / "nvcc-keep"),
+                            extra=["-DTORCH_SEGOPS_CPU_ISAS=baseline"])
 
 
 def assert_no_nvcc_warning(log: str) -> None:
@@ -260,7 +262,7 @@ def scatter_sm90(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc not found")
     bdir = str(tmp_path_factory.mktemp("scatter-sm90"))
-    cp = cuda_build.configure(bdir, NVCC, "90-real")
+    cp = cuda_build.configure(bdir, NVCC, "90-real", ["-DTORCH_SEGOPS_CPU_ISAS=baseline"])
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     source, ptx = os.path.join(REPO, "src", "csrc", "cuda", "scatter_cuda.cu"), os.path.join(bdir, "scatter.ptx")
     front = cuda_old_archs.ptx_like_the_build(bdir, source, ptx, arch=90)

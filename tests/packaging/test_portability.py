@@ -134,8 +134,11 @@ def test_cmake_isa_flags_per_compiler():
     assert re.search(r"if\(MSVC\)\s*\n\s*set\(_isa_flags_avx2 /arch:AVX2\)\s*\nelse\(\)[^\n]*\n\s*set\(_isa_flags_avx2 -mavx2", CMAKE)
     assert isa_flags("avx512")[:len(avx2_flags())] == avx2_flags()
     assert {"-mavx512f", "-mavx512cd", "-mavx512vl", "-mavx512dq", "-mavx512bw"} <= set(isa_flags("avx512"))
-    assert re.search(r'if\(CMAKE_SYSTEM_PROCESSOR MATCHES "\^\(x86_64\|AMD64\|amd64\)\$" AND NOT CMAKE_OSX_ARCHITECTURES MATCHES "arm64"\)\s*\n\s*list\(APPEND TORCH_SEGOPS_CPU_ISAS avx2\)'
-                     r'\s*\n\s*if\(NOT MSVC\)[^\n]*\n\s*list\(APPEND TORCH_SEGOPS_CPU_ISAS avx512\)', CMAKE)
+    assert re.search(r'if\(CMAKE_SYSTEM_PROCESSOR MATCHES "\^\(x86_64\|AMD64\|amd64\)\$" AND NOT CMAKE_OSX_ARCHITECTURES MATCHES "arm64"\)\s*\n\s*list\(APPEND _isa_default avx2\)'
+                     r'\s*\n\s*if\(NOT MSVC\)[^\n]*\n\s*list\(APPEND _isa_default avx512\)', CMAKE)
+    # the sse4 object (on request) is known to GCC/Clang builds on x86-64 only: MSVC has no flag for Highway's SSE4
+    assert re.search(r'if\(MSVC\)\s*\n\s*set\(_isa_known \$\{_isa_default\}\)\s*\n\s*else\(\)[^\n]*\n\s*set\(_isa_known baseline sse4 avx2 avx512\)', CMAKE)
+    assert isa_flags("sse4") == ["-msse4.2", "-mpopcnt", "-mpclmul", "-maes"]
     assert re.search(r'if\(CMAKE_SYSTEM_NAME STREQUAL "Linux"\)[^\n]*\n\s*target_link_options\(torch_segops_C PRIVATE "LINKER:--as-needed"\)', CMAKE)
 
 
@@ -214,6 +217,21 @@ def test_avx2_flags_make_highways_static_target_avx2(compiler, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     r = preprocess(compiler, [f for f in flags if f not in ("-mpclmul", "-maes")], tmp_path)
     assert r.returncode != 0 and "not AVX2" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 compilers only")
+@pytest.mark.parametrize("compiler", ["g++", CLANG])
+def test_sse4_flags_make_highways_static_target_sse4(compiler, tmp_path):
+    """The sse4 object (built on request) is Highway's SSE4 static target: SSE4.2 with PCLMUL and AES (kernels.cpp
+    stops the build otherwise); without -mpclmul -maes it would be SSSE3."""
+    if compiler == CLANG:
+        need_clang()
+    hwy_include()
+    probe = tmp_path / "sse4.cpp"
+    probe.write_text(STATIC_TARGET_PROBE.replace("HWY_AVX2", "HWY_SSE4").replace("not AVX2", "not SSE4"))
+    for flags, ok in ((isa_flags("sse4"), True), (["-msse4.2", "-mpopcnt"], False)):
+        r = subprocess.run([compiler, "-std=c++17", "-fsyntax-only", *flags, str(probe)], capture_output=True, text=True)
+        assert (r.returncode == 0) == ok and (ok or "not SSE4" in r.stderr), (flags, r.stderr[-3000:])
 
 
 def test_msvc_arch_avx2_is_highways_avx2_target(tmp_path):

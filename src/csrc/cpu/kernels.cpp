@@ -44,7 +44,10 @@
 // Each object's flags make it Highway's static target (CMakeLists.txt): checked for the x86 objects.
 #define SEGOPS_ISA_avx2 1
 #define SEGOPS_ISA_avx512 2
-#if SEGOPS_CAT(SEGOPS_ISA_, SEGOPS_CPU_ISA) == 1 && HWY_STATIC_TARGET != HWY_AVX2
+#define SEGOPS_ISA_sse4 3
+#if SEGOPS_CAT(SEGOPS_ISA_, SEGOPS_CPU_ISA) == 3 && HWY_STATIC_TARGET != HWY_SSE4
+#error "the sse4 object's flags must make Highway's static target SSE4 (CMakeLists.txt)"
+#elif SEGOPS_CAT(SEGOPS_ISA_, SEGOPS_CPU_ISA) == 1 && HWY_STATIC_TARGET != HWY_AVX2
 #error "the avx2 object's flags must make Highway's static target AVX2 (CMakeLists.txt)"
 #elif SEGOPS_CAT(SEGOPS_ISA_, SEGOPS_CPU_ISA) == 2 && HWY_STATIC_TARGET != HWY_AVX3
 #error "the avx512 object's flags must make Highway's static target AVX3 (CMakeLists.txt)"
