@@ -140,7 +140,9 @@ cpu::CsrArgs csr_args(const Problem& pr) {
 [[gnu::noinline]] void lib_gather(const Problem& pr, float* out) {
   const cpu::CsrArgs a = csr_args(pr);
   const float* x = pr.x.data();
-  cpu::expand_csr(a, a.N, out, [x](int64_t, int64_t se) { return x[se]; });
+  cpu::expand_csr_rows(a, a.N, out, [&](float* o, const int64_t* p, int64_t lo, int64_t hi, int64_t b) {
+    cpu::gather_rows(o, x, p, lo, hi, b, a.S, a.F);
+  });
 }
 
 // ---- plain loops -------------------------------------------------------------------------------------

@@ -139,3 +139,34 @@ def test_every_set_gives_the_same_bits(tmp_path):
         same_fma = (t in cpu_targets.FMA_TARGETS) == (default in cpu_targets.FMA_TARGETS)
         problems = cpu_targets.compare(ref, torch.load(tmp_path / f"{t}.pt"), exact_inexact=same_fma)
         assert not problems, f"{t} vs {default}:\n" + "\n".join(problems[:20])
+
+
+DAZ_CHECK = """
+import torch, torch_segops as so
+torch.set_num_threads(1)
+cases = []
+for F in (1, 16, 32, 64, 100):
+    for reduce, other, tiny in (("max", -1.0, 1e-40), ("min", 1.0, -1e-40)):
+        src = torch.full((40, F), other)
+        src[0] = tiny  # a subnormal (made before the flush mode, which would flush its conversion): wins
+        src[7] = 0.0  # equal to it as DAZ compares: not taken
+        assert (src[0] != 0).all()
+        cases.append((F, reduce, src))
+assert torch.set_flush_denormal(True), "no denormals-are-zero mode on this CPU"
+for F, reduce, src in cases:
+    out, arg = getattr(so, f"segment_{reduce}_csr")(src, torch.tensor([0, 40]))
+    assert torch.equal(arg, torch.zeros_like(arg)), (F, reduce, arg)
+    held = src.gather(0, arg)
+    assert torch.equal(out.view(torch.int32), held.view(torch.int32)), (F, reduce, out.view(torch.int32))
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not X86, reason="x86's denormals-are-zero mode (MXCSR.DAZ) is what torch.set_flush_denormal sets")
+def test_max_min_write_the_element_at_arg_with_denormals_flushed():
+    """Under torch.set_flush_denormal(True) the CPU compares a subnormal as zero and maxps/minps would return
+    that zero: the kernels copy the element at the arg row (a blend), so value == src[arg], bit for bit, on
+    every set this CPU runs (a review caught maxps(x, m) writing 0 for 1e-40)."""
+    for t in cpu_targets.runnable_targets():
+        cp = _in_subprocess(t, DAZ_CHECK)
+        assert cp.returncode == 0 and cp.stdout.strip() == "ok", (t, cp.stderr[-2000:])

@@ -54,8 +54,10 @@ HWY_INLINE bool arg_extremum_rows16(typename Op::State* st, const Load& load, in
       const auto x1 = load_acc(d, load, e + (2 * j + 1) * kL);
       const auto t0 = kIsMax ? hn::Gt(x0, m[2 * j]) : hn::Lt(x0, m[2 * j]);
       const auto t1 = kIsMax ? hn::Gt(x1, m[2 * j + 1]) : hn::Lt(x1, m[2 * j + 1]);
-      m[2 * j] = strictly_better<kIsMax>(d, x0, m[2 * j], t0);
-      m[2 * j + 1] = strictly_better<kIsMax>(d, x1, m[2 * j + 1], t1);
+      // a blend, not maxps/minps(x, m), which equals it for every input but a subnormal under denormals-are-zero
+      // (torch.set_flush_denormal(True)): that would write 0, not src[arg]
+      m[2 * j] = hn::IfThenElse(t0, x0, m[2 * j]);
+      m[2 * j + 1] = hn::IfThenElse(t1, x1, m[2 * j + 1]);
       const auto took = hn::ReorderDemote2To(d16, hn::BitCast(di, hn::VecFromMask(d, t0)),
                                              hn::BitCast(di, hn::VecFromMask(d, t1)));
 #if SEGOPS_X86_SSE2 && !SEGOPS_X86_SIMD

@@ -63,7 +63,7 @@ inline void extremum_piece_lanes(typename Op::State* st, const Load& load, int64
             for (int v = 0; v < NV; ++v) {
               const auto x = load_acc(d, load, elem0 + r * F + f0 + v * kBL);
               const auto take = E::kIsMax ? hn::Gt(x, m[v]) : hn::Lt(x, m[v]);
-              m[v] = strictly_better<E::kIsMax>(d, x, m[v], take);
+              m[v] = hn::IfThenElse(take, x, m[v]);
               idx[v] = hn::IfThenElse(hn::RebindMask(dp, take), row, idx[v]);
               if constexpr (kFloat) nan = hn::Or(nan, hn::IsNaN(x));
             }

@@ -145,28 +145,6 @@ HWY_INLINE hn::Mask<D> unordered(D d, hn::Vec<D> a, hn::Vec<D> b) {
   return hn::Or(hn::IsNaN(a), hn::IsNaN(b));
 }
 
-// Per lane x where `better` (x > m for max, x < m for min: a strict comparison), else m. On x86 one
-// maxps/minps(x, m): Intel defines it as x > m ? x : m (x < m ? x : m), its second operand whenever either is
-// NaN or both are zeros, so it equals the select for every input, -0.0 and NaN payloads included; it replaces a
-// blend (three instructions on SSE2, two micro-ops for vblendvps on Intel). Elsewhere the select (NEON's
-// fmax takes 0.0 over -0.0 and propagates NaN).
-template <bool kIsMax, class D>
-HWY_INLINE hn::Vec<D> strictly_better(D d, hn::Vec<D> x, hn::Vec<D> m, hn::Mask<D> better) {
-  [[maybe_unused]] constexpr bool kF32 = std::is_same_v<hn::TFromD<D>, float>;
-  [[maybe_unused]] constexpr size_t kL = hn::MaxLanes(D());
-#if SEGOPS_X86_AVX512
-  if constexpr (kF32 && kL == 16) return hn::Vec<D>{kIsMax ? _mm512_max_ps(x.raw, m.raw) : _mm512_min_ps(x.raw, m.raw)};
-#endif
-#if SEGOPS_X86_SSE2 && HWY_TARGET <= HWY_AVX2
-  if constexpr (kF32 && kL == 8) return hn::Vec<D>{kIsMax ? _mm256_max_ps(x.raw, m.raw) : _mm256_min_ps(x.raw, m.raw)};
-#endif
-#if SEGOPS_X86_SSE2
-  if constexpr (kF32 && kL == 4) return hn::Vec<D>{kIsMax ? _mm_max_ps(x.raw, m.raw) : _mm_min_ps(x.raw, m.raw)};
-#endif
-  (void)d;
-  return hn::IfThenElse(better, x, m);
-}
-
 // Bit l set where lane l of m is true (at most 64 lanes).
 template <class D>
 HWY_INLINE uint64_t mask_bits(D d, hn::Mask<D> m) {
