@@ -26,7 +26,7 @@
 #define SEGOPS_X86_SIMD (HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4)
 #define SEGOPS_X86_AVX512 (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
 #define SEGOPS_A64_NEON (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR)
-// Every x86 target with vectors: SSE2 (Highway >= 1.1's baseline) and up
+// Every x86 target with vectors: SSE2 (Highway >= 1.1's baseline), SSSE3 and up
 #define SEGOPS_X86_SSE2 (HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR)
 
 namespace torch_segops {
@@ -109,6 +109,10 @@ HWY_INLINE hn::Vec<D> pair_add([[maybe_unused]] D d, hn::Vec<D> a, hn::Vec<D> b)
 #elif SEGOPS_X86_SIMD
   static_assert(hn::MaxLanes(D()) == 4, "128-bit vectors");
   return hn::Vec<D>{_mm_hadd_ps(a.raw, b.raw)};
+#elif SEGOPS_X86_SSE2  // no haddps: the even and the odd lanes of a and b, added
+  static_assert(hn::MaxLanes(D()) == 4, "128-bit vectors");
+  return hn::Vec<D>{_mm_add_ps(_mm_shuffle_ps(a.raw, b.raw, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm_shuffle_ps(a.raw, b.raw, _MM_SHUFFLE(3, 1, 3, 1)))};
 #elif SEGOPS_A64_NEON
   static_assert(hn::MaxLanes(D()) == 4, "128-bit vectors");
   return hn::Vec<D>{vpaddq_f32(a.raw, b.raw)};
@@ -138,7 +142,7 @@ HWY_INLINE hn::Mask<D> unordered(D d, hn::Vec<D> a, hn::Vec<D> b) {
 #elif SEGOPS_X86_SIMD && HWY_TARGET <= HWY_AVX2
   if constexpr (kF32 && kL == 8) return hn::Mask<D>{_mm256_cmp_ps(a.raw, b.raw, _CMP_UNORD_Q)};
   if constexpr (kF32 && kL == 4) return hn::Mask<D>{_mm_cmpunord_ps(a.raw, b.raw)};
-#elif SEGOPS_X86_SIMD
+#elif SEGOPS_X86_SSE2  // SSE's cmpunordps: SSE2 and SSE4 targets
   if constexpr (kF32 && kL == 4) return hn::Mask<D>{_mm_cmpunord_ps(a.raw, b.raw)};
 #endif
   (void)d;
@@ -158,7 +162,7 @@ HWY_INLINE uint64_t mask_bits(D d, hn::Mask<D> m) {
   } else if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(D()) == 4) {
     return static_cast<uint32_t>(_mm_movemask_ps(m.raw));
   }
-#elif SEGOPS_X86_SIMD
+#elif SEGOPS_X86_SSE2  // SSE's movmskps: SSE2 and SSE4 targets (Highway's StoreMaskBits took a detour on SSE2)
   if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(D()) == 4) {
     return static_cast<uint32_t>(_mm_movemask_ps(m.raw));
   }
