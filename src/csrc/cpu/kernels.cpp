@@ -131,8 +131,9 @@ void gather_rows(T* o, const T* x, const int64_t* p, int64_t lo, int64_t hi, int
       U bits;
       std::memcpy(&bits, xs, sizeof bits);
       const auto v = hn::Set(du, bits);
-      for (; r < end && r + kL <= hi; r += kL) hn::StoreU(v, du, reinterpret_cast<U*>(o + r));
-      for (; r < end; ++r) o[r] = *xs;
+      U* ou = reinterpret_cast<U*>(o);  // the tail stores as U too: no two types stored to one row
+      for (; r < end && r + kL <= hi; r += kL) hn::StoreU(v, du, ou + r);
+      for (; r < end; ++r) ou[r] = bits;
     } else if (F < 16) {
       for (; r < end; ++r) {
         for (int64_t f = 0; f < F; ++f) o[r * F + f] = xs[f];
