@@ -142,7 +142,7 @@ HWY_INLINE hn::Mask<D> unordered(D d, hn::Vec<D> a, hn::Vec<D> b) {
 #elif SEGOPS_X86_SIMD && HWY_TARGET <= HWY_AVX2
   if constexpr (kF32 && kL == 8) return hn::Mask<D>{_mm256_cmp_ps(a.raw, b.raw, _CMP_UNORD_Q)};
   if constexpr (kF32 && kL == 4) return hn::Mask<D>{_mm_cmpunord_ps(a.raw, b.raw)};
-#elif SEGOPS_X86_SSE2  // SSE's cmpunordps: SSE2 and SSE4 targets
+#elif SEGOPS_X86_SSE2  // SSE's cmpunordps: the SSE2 and SSSE3 targets
   if constexpr (kF32 && kL == 4) return hn::Mask<D>{_mm_cmpunord_ps(a.raw, b.raw)};
 #endif
   (void)d;
@@ -162,7 +162,7 @@ HWY_INLINE uint64_t mask_bits(D d, hn::Mask<D> m) {
   } else if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(D()) == 4) {
     return static_cast<uint32_t>(_mm_movemask_ps(m.raw));
   }
-#elif SEGOPS_X86_SSE2  // SSE's movmskps: SSE2 and SSE4 targets (Highway's StoreMaskBits took a detour on SSE2)
+#elif SEGOPS_X86_SSE2  // SSE's movmskps: the SSE2 and SSSE3 targets (Highway's StoreMaskBits merged bytes there)
   if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(D()) == 4) {
     return static_cast<uint32_t>(_mm_movemask_ps(m.raw));
   }
