@@ -166,6 +166,11 @@ HWY_INLINE uint64_t mask_bits(D d, hn::Mask<D> m) {
   if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(D()) == 4) {
     return static_cast<uint32_t>(_mm_movemask_ps(m.raw));
   }
+#elif SEGOPS_A64_NEON  // lane l's bit: an and with 1 << l, an add across lanes (GCC merged StoreMaskBits' bytes with bfxil)
+  if constexpr (std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(D()) == 4) {
+    const uint32x4_t lane_bit = {1u, 2u, 4u, 8u};
+    return vaddvq_u32(vandq_u32(m.raw, lane_bit));
+  }
 #endif
   uint8_t bytes[8] = {};
   hn::StoreMaskBits(d, m, bytes);
