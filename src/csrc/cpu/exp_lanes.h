@@ -13,12 +13,14 @@ namespace torch_segops {
 namespace cpu {
 SEGOPS_ISA_NAMESPACE_BEGIN
 
-// exp_approx's core for a clamped argument xc: n = round(xc / ln 2) and y = exp(xc - n ln 2) in [0.7, 1.5).
+// exp_approx's core for an argument xc in [ln(FLT_MIN), ln(FLT_MAX)]: y = exp(xc - n ln 2) in [0.7, 1.5) with
+// n = round(xc / ln 2), and big = xc / ln 2 + 1.5 * 2^23, whose bits are those of 1.5 * 2^23 plus n.
 template <class D>
-HWY_INLINE hn::Vec<D> exp_mantissa(D d, hn::Vec<D> xc, hn::Vec<D>& n) {
+HWY_INLINE hn::Vec<D> exp_mantissa(D d, hn::Vec<D> xc, hn::Vec<D>& big) {
   const auto t = hn::Mul(xc, hn::Set(d, 1.44269504088896341f));
   const auto round = hn::Set(d, 12582912.f);
-  n = hn::Sub(hn::Add(t, round), round);
+  big = hn::Add(t, round);
+  const auto n = hn::Sub(big, round);
   const auto r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), hn::NegMulAdd(n, hn::Set(d, 0.693359375f), xc));
   auto p = hn::Set(d, 1.9875691500e-4f);
   p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
@@ -30,19 +32,20 @@ HWY_INLINE hn::Vec<D> exp_mantissa(D d, hn::Vec<D> xc, hn::Vec<D>& n) {
 }
 
 // exp_approx for arguments x <= 0 or NaN (x - max, in logsumexp and softmax), in fewer operations, with the
-// same bits: the lower clamp is a max (a NaN's clamp does not matter: NaN is returned as it is), the upper
-// one never applies, and 2^n (n in [-126, 0]) is one normal scale factor; exp_approx's two factors make
-// the same single rounding, as its first multiply (by 2^(n >> 1), of y in [0.7, 1.5)) is exact.
+// same bits. No clamp: below ln(FLT_MIN) (-inf included) the lane is garbage and then zeroed, as
+// exp_approx's result is; a NaN flows through the arithmetic into the result (a quiet NaN with x's
+// payload: the scale factor's mantissa is zero, so it is never the NaN a product returns). 2^n for n in
+// [-126, 0] is one normal factor, from big's bits (n + 127 in the exponent field, shifted in unsigned
+// lanes, no conversion); exp_approx's two factors round the same, as its first multiply (of y in
+// [0.7, 1.5) by 2^(n >> 1)) is exact.
 template <class D>
 HWY_INLINE hn::Vec<D> exp_nonpos_lanes(D d, hn::Vec<D> x) {
-  const hn::RebindToSigned<D> di;
-  const auto lo = hn::Set(d, -87.336544f);
-  const auto xc = hn::Max(x, lo);
-  hn::Vec<D> n;
-  const auto y = exp_mantissa(d, xc, n);
-  const auto scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
-  const auto res = hn::IfThenElseZero(hn::Not(hn::Lt(x, lo)), hn::Mul(y, scale));
-  return hn::IfThenElse(hn::Eq(x, x), res, x);
+  const hn::RebindToUnsigned<D> du;
+  hn::Vec<D> big;
+  const auto y = exp_mantissa(d, x, big);
+  const auto biased = hn::Add(hn::BitCast(du, big), hn::Set(du, 127u - 0x4B400000u));  // n + 127 (mod 2^32)
+  const auto scale = hn::BitCast(d, hn::ShiftLeft<23>(biased));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.336544f)), hn::Mul(y, scale));
 }
 
 SEGOPS_ISA_NAMESPACE_END

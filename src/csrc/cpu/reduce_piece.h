@@ -12,6 +12,7 @@
 //   holds at most kChunkElems elements).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -44,7 +45,8 @@ template <class Op, class Load>
 }
 
 // logsumexp's second pass: st[f] = {max, sum of exp(x - max)} over rows [0, count >= 1), given the max per
-// feature (ext); x == max counts 1 exactly, which also covers max = +-inf. Each feature's terms are added
+// feature (ext); x == max counts 1 exactly (exp(0) is 1: the vector loops test x == max only where a max in
+// the vector is +-inf, where x - max is NaN). Each feature's terms are added
 // in row order from 0: float inputs in vectors over features, and with one feature, the exps of a vector
 // of rows at a time added one by one (exp_nonpos_lanes: exp_approx's bits for x - max <= 0).
 template <typename A, class State, class Ext, class Load>
@@ -59,10 +61,18 @@ template <typename A, class State, class Ext, class Load>
       float sum = 0.f;
       int64_t r = 0;
       HWY_ALIGN float terms[kF32Lanes];
-      for (; r + kF32Lanes <= count; r += kF32Lanes) {
-        const auto x = load_acc(d, load, elem0 + r);
-        hn::Store(hn::IfThenElse(hn::Eq(x, mv), one, exp_nonpos_lanes(d, hn::Sub(x, mv))), d, terms);
-        for (int l = 0; l < kF32Lanes; ++l) sum += terms[l];
+      auto rows = [&](auto finite) {
+        for (; r + kF32Lanes <= count; r += kF32Lanes) {
+          const auto x = load_acc(d, load, elem0 + r);
+          const auto e = exp_nonpos_lanes(d, hn::Sub(x, mv));
+          hn::Store(decltype(finite)::value ? e : hn::IfThenElse(hn::Eq(x, mv), one, e), d, terms);
+          for (int l = 0; l < kF32Lanes; ++l) sum += terms[l];
+        }
+      };
+      if (std::isinf(m)) {
+        rows(std::false_type{});
+      } else {
+        rows(std::true_type{});
       }
       for (; r < count; ++r) {
         const float x = load(elem0 + r);
@@ -83,12 +93,22 @@ template <typename A, class State, class Ext, class Load>
       for (int f = 0; f < B; ++f) buf[f] = ext[f0 + f].v;
       for (int v = 0; v < NV; ++v) m[v] = hn::Load(d, buf + v * kBL), sum[v] = hn::Zero(d);
       const auto one = hn::Set(d, 1.f);
-      for (int64_t r = 0; r < count; ++r) {
-        const int64_t e = elem0 + r * F + f0;
-        for (int v = 0; v < NV; ++v) {
-          const auto x = load_acc(d, load, e + v * kBL);
-          sum[v] = hn::Add(sum[v], hn::IfThenElse(hn::Eq(x, m[v]), one, exp_nonpos_lanes(d, hn::Sub(x, m[v]))));
+      bool finite_max = true;
+      for (int v = 0; v < NV; ++v) finite_max = finite_max && hn::AllFalse(d, hn::IsInf(m[v]));
+      auto rows = [&](auto finite) {
+        for (int64_t r = 0; r < count; ++r) {
+          const int64_t e = elem0 + r * F + f0;
+          for (int v = 0; v < NV; ++v) {
+            const auto x = load_acc(d, load, e + v * kBL);
+            const auto t = exp_nonpos_lanes(d, hn::Sub(x, m[v]));
+            sum[v] = hn::Add(sum[v], decltype(finite)::value ? t : hn::IfThenElse(hn::Eq(x, m[v]), one, t));
+          }
         }
+      };
+      if (finite_max) {
+        rows(std::true_type{});
+      } else {
+        rows(std::false_type{});
       }
       for (int v = 0; v < NV; ++v) hn::Store(sum[v], d, buf + v * kBL);
       for (int f = 0; f < B; ++f) st[f0 + f] = {ext[f0 + f].v, buf[f]};
