@@ -34,16 +34,13 @@ constexpr int kRowV = 32 / kRowL;
 static_assert(kRowV * kRowL == 32, "32 rows in whole vectors");
 using RowMask = hn::Mask<DRow>;
 
-template <bool kIsMax>
-HWY_INLINE hn::Vec<DRow> better_of(hn::Vec<DRow> a, hn::Vec<DRow> b) {
-  return kIsMax ? hn::Max(a, b) : hn::Min(a, b);
-}
-
 // One block of up to 32 rows of a segment: rows [0, n) of x (n >= 1), `readable` elements from x on in
 // the array. Returns the block's extreme (meaningless if a row is NaN) and sets the vectors (rows past n
-// replaced by the worst value).
-template <bool kIsMax, typename T>
-HWY_INLINE float block_extreme(const T* x, int64_t n, int64_t readable, hn::Vec<DRow>* v) {
+// replaced by the worst value). kNoteNans where the extremes keep NaN (kNanKeepingExtremes): *nans gets
+// the lanes of the block's extreme vector that are NaN, one test for the block.
+template <bool kIsMax, bool kNoteNans = false, typename T>
+HWY_INLINE float block_extreme(const T* x, int64_t n, int64_t readable, hn::Vec<DRow>* v,
+                               [[maybe_unused]] RowMask* nans = nullptr) {
   const DRow d;
   const hn::RebindToSigned<DRow> di;
   const T* from = x;
@@ -60,16 +57,30 @@ HWY_INLINE float block_extreme(const T* x, int64_t n, int64_t readable, hn::Vec<
     v[j] = hn::IfThenElse(valid, load_f32(d, from + j * kRowL), fill);
   }
   auto m = v[0];
-  for (int j = 1; j < kRowV; ++j) m = better_of<kIsMax>(m, v[j]);
+  for (int j = 1; j < kRowV; ++j) m = extreme_of<kIsMax>(d, m, v[j]);
+  if constexpr (kNoteNans && kNanKeepingExtremes) *nans = hn::Or(*nans, hn::IsNaN(m));
   return hn::GetLane(kIsMax ? hn::MaxOfLanes(d, m) : hn::MinOfLanes(d, m));
 }
 
-// The first row of the block's vectors whose mask is set, or -1.
+// The first row of the block's vectors whose mask is set, or -1. On NEON the least row number of the set
+// lanes (selects, mins, one umin across lanes) costs less than the masks' bits.
 HWY_INLINE int64_t first_row(const RowMask* m) {
   const DRow d;
+#if SEGOPS_A64_NEON
+  const hn::RebindToUnsigned<DRow> du;
+  const auto none = hn::Set(du, 32u);
+  auto row = hn::IfThenElse(hn::RebindMask(du, m[0]), hn::Iota(du, 0), none);
+  for (int j = 1; j < kRowV; ++j) {
+    row = hn::Min(row, hn::IfThenElse(hn::RebindMask(du, m[j]), hn::Iota(du, j * kRowL), none));
+  }
+  const uint32_t r = hn::GetLane(hn::MinOfLanes(du, row));
+  (void)d;
+  return r < 32 ? static_cast<int64_t>(r) : -1;
+#else
   uint32_t bits = 0;
   for (int j = 0; j < kRowV; ++j) bits |= static_cast<uint32_t>(mask_bits(d, m[j])) << (j * kRowL);
   return bits != 0 ? lowest_bit(bits) : -1;
+#endif
 }
 
 // First row in [0, n >= 1) of x holding its extreme (the first NaN row where there is one). kNoteNans:
@@ -79,10 +90,12 @@ template <bool kIsMax, bool kNoteNans = false, typename T>
 HWY_INLINE int64_t first_extreme_row(const T* x, int64_t n, int64_t readable, [[maybe_unused]] RowMask* nans) {
   const DRow d;
   hn::Vec<DRow> v[kRowV];
-  float best = block_extreme<kIsMax>(x, n, readable, v);
+  float best = block_extreme<kIsMax, kNoteNans>(x, n, readable, v, nans);
   int64_t best_block = 0;
   auto note = [&](const hn::Vec<DRow>* w) {  // rows past n hold the worst value, never NaN
-    for (int j = 0; j + 1 < kRowV; j += 2) *nans = hn::Or(*nans, unordered(d, w[j], w[j + 1]));
+    if constexpr (!kNanKeepingExtremes) {
+      for (int j = 0; j + 1 < kRowV; j += 2) *nans = hn::Or(*nans, unordered(d, w[j], w[j + 1]));
+    }
   };
   auto nan_row = [&](const hn::Vec<DRow>* w) {
     RowMask m[kRowV];
@@ -96,7 +109,7 @@ HWY_INLINE int64_t first_extreme_row(const T* x, int64_t n, int64_t readable, [[
   }
   for (int64_t b = 32; b < n; b += 32) {  // longer segments: the block holding the first extreme
     hn::Vec<DRow> w[kRowV];
-    const float e = block_extreme<kIsMax>(x + b, n - b, readable - b, w);
+    const float e = block_extreme<kIsMax, kNoteNans>(x + b, n - b, readable - b, w, nans);
     if constexpr (kNoteNans) {
       note(w);
     } else if (const int64_t r = nan_row(w); r >= 0) {
@@ -117,23 +130,39 @@ HWY_INLINE int64_t first_extreme_row(const T* x, int64_t n, int64_t readable, [[
 // (relative to p[k]); emit_empty(k) each empty one. NaN is only noted on the way (a comparison per two
 // vectors instead of a test and a branch per segment); if any was seen, the segments are all done again
 // with the NaN rule (emit overwrites).
+// One pass of arg_extrema_segments_f1 over its segments, inlined there (clang left it a call that read every
+// captured pointer back from memory per segment); returns the NaN lanes noted (kNoteNans).
+template <bool kIsMax, bool kNoteNans, class Load, class Emit, class EmitEmpty>
+[[gnu::always_inline]] inline RowMask segments_f1_pass(const Load& load, const int64_t* p, int64_t s, int64_t s_end,
+                                                       int64_t elem_base, Emit emit, EmitEmpty emit_empty) {
+  const DRow d;
+  RowMask nans = hn::FirstN(d, 0);
+  const auto* const x = load.x;
+  const int64_t size = load.n;
+  for (int64_t k = s; k < s_end; ++k) {
+    const int64_t e = elem_base + p[k], n = p[k + 1] - p[k];
+    if (n == 0) {
+      emit_empty(k);
+      continue;
+    }
+    emit(k, first_extreme_row<kIsMax, kNoteNans>(x + e, n, size - e, &nans));
+  }
+  return nans;
+}
+
+// Min/max with arg of whole segments [s, s_end) of one feature: segment k's rows are the elements
+// [elem_base + p[k], elem_base + p[k + 1]). emit(k, row) receives each non-empty segment's arg row
+// (relative to p[k]); emit_empty(k) each empty one. NaN is only noted on the way (a comparison per two
+// vectors, or per block where the extremes keep NaN, instead of a test and a branch per segment); if any
+// was seen, the segments are all done again with the NaN rule (emit overwrites).
 template <bool kIsMax, class Load, class Emit, class EmitEmpty>
 inline void arg_extrema_segments_f1(const Load& load, const int64_t* p, int64_t s, int64_t s_end, int64_t elem_base,
                                     const Emit& emit, const EmitEmpty& emit_empty) {
   const DRow d;
-  RowMask nans = hn::FirstN(d, 0);
-  auto run = [&](auto note_nans) {
-    for (int64_t k = s; k < s_end; ++k) {
-      const int64_t e = elem_base + p[k], n = p[k + 1] - p[k];
-      if (n == 0) {
-        emit_empty(k);
-        continue;
-      }
-      emit(k, first_extreme_row<kIsMax, decltype(note_nans)::value>(load.x + e, n, load.n - e, &nans));
-    }
-  };
-  run(std::true_type{});
-  if (SEGOPS_UNLIKELY(!hn::AllFalse(d, nans))) run(std::false_type{});
+  const RowMask nans = segments_f1_pass<kIsMax, true>(load, p, s, s_end, elem_base, emit, emit_empty);
+  if (SEGOPS_UNLIKELY(!hn::AllFalse(d, nans))) {
+    segments_f1_pass<kIsMax, false>(load, p, s, s_end, elem_base, emit, emit_empty);
+  }
 }
 
 SEGOPS_ISA_NAMESPACE_END

@@ -149,6 +149,24 @@ HWY_INLINE hn::Mask<D> unordered(D d, hn::Vec<D> a, hn::Vec<D> b) {
   return hn::Or(hn::IsNaN(a), hn::IsNaN(b));
 }
 
+// Lane-wise max or min of float vectors that keeps NaN where one instruction does (NEON's fmax/fmin;
+// Highway's Max/Min are fmaxnm/fminnm there, which drop it): kNanKeepingExtremes says whether a NaN in a
+// or b always reaches the result (x86's maxps returns its second operand when one is NaN).
+#if SEGOPS_A64_NEON
+constexpr bool kNanKeepingExtremes = true;
+#else
+constexpr bool kNanKeepingExtremes = false;
+#endif
+template <bool kIsMax, class D>
+HWY_INLINE hn::Vec<D> extreme_of([[maybe_unused]] D d, hn::Vec<D> a, hn::Vec<D> b) {
+#if SEGOPS_A64_NEON
+  static_assert(std::is_same_v<hn::TFromD<D>, float> && hn::MaxLanes(D()) == 4, "128-bit float vectors");
+  return hn::Vec<D>{kIsMax ? vmaxq_f32(a.raw, b.raw) : vminq_f32(a.raw, b.raw)};
+#else
+  return kIsMax ? hn::Max(a, b) : hn::Min(a, b);
+#endif
+}
+
 // Bit l set where lane l of m is true (at most 64 lanes).
 template <class D>
 HWY_INLINE uint64_t mask_bits(D d, hn::Mask<D> m) {
