@@ -45,9 +45,10 @@ class Kernel:
 HOT = [
     Kernel("min/max with arg, float features (extremum_piece, extremum_piece_lanes, arg_extremum_rows16)",
            rf"extremum_piece\w*<torch_segops::ArgExtremumOp<float, (?:true|false)>, {_LOAD}"),
-    Kernel("min/max with arg, one float feature (arg_extrema_segments_f1, first_extreme_row)",
+    Kernel("min/max with arg, one float feature (arg_extrema_segments_f1, segments_f1_pass, first_extreme_row)",
            rf"reduce_chunks<torch_segops::ArgExtremumOp<float, (?:true|false)>, float, {_ROWS}"
-           rf"|arg_extrema_segments_f1<(?:true|false), {_LOAD}|first_extreme_row<float>"),
+           rf"|arg_extrema_segments_f1<(?:true|false), {_LOAD}"
+           rf"|segments_f1_pass<(?:true|false), (?:true|false), {_NS}ArrayLoad<float>, |first_extreme_row<float>"),
     Kernel("max of logsumexp and softmax, float features (extremum_piece)",
            rf"extremum_piece\w*<{_NS}ExtremeValueOp<float, true>, {_LOAD}"),
     Kernel("exp of logsumexp and softmax (exp_pass, exp_nonpos_lanes)",

@@ -138,13 +138,13 @@ inline void reduce_whole_segments(typename Op::State* st, const Load& load, int6
       int64_t* arg = o.arg != nullptr ? o.arg + o.at(b, s0, 1) : nullptr;
       arg_extrema_segments_f1<ArgExtremumF32<Op>::kIsMax>(
           load, q, k0, k1, rb,
-          [&](int64_t k, int64_t r) {
-            out[k] = load.x[rb + q[k] + r];  // the element itself: OutT is the input type
+          [out, arg, x = load.x, rb, q, map, b](int64_t k, int64_t r) {  // copies: kept in registers
+            out[k] = x[rb + q[k] + r];  // the element itself: OutT is the input type
             if (arg != nullptr) arg[k] = map(b, q[k] + r);
           },
-          [&](int64_t k) {
+          [out, arg, no_arg = o.no_arg](int64_t k) {
             out[k] = OutT(0);
-            if (arg != nullptr) arg[k] = o.no_arg;
+            if (arg != nullptr) arg[k] = no_arg;
           });
       return;
     }
