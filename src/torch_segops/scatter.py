@@ -112,8 +112,10 @@ def _scatter(fn: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor
             return reduce_by_index(fn, src, perm, -1, out, reduce, "floor", False, None, perm, indptr)
         # one feature on the CPU: the index is read in one pass in row order, a sort saves nothing
         # (docs/design.md, "scatter on the CPU")
-    if rows_only:  # whole rows: the index as [*lead, N]
-        rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
+    if rows_only:  # whole rows: the index as [*lead, N] (a 1-D index of src's rows along dim 0 already is)
+        rows = index
+        if not (dim == 0 and index.dim() == 1 and index.size(0) == src.size(0)):
+            rows = index.reshape(shape[: dim + 1]).expand(shape[:dim] + [src.size(dim)])
         return reduce_by_index(fn, src, rows, size, out, reduce, "floor", False, index)
     # the index varies along the feature dims: every position of the other dims is reduced on its own
     last = src.dim() - 1

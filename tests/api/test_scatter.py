@@ -104,6 +104,24 @@ def test_graph_layout_broadcasts_a_1d_index_over_features():
     torch.testing.assert_close(so.scatter(src, index, -2, dim_size=12), expected)
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("feat", [(), (3,)])
+def test_a_one_element_index_broadcasts_over_the_rows(index_dtype, reduce, feat):
+    """A 1-D index of length 1 along dim 0 of a longer src is broadcast (pytorch_scatter's rule: every row to
+    that target), not read as the rows' index (the 1-D fast path takes the index as it is only when its
+    length is src's)."""
+    src = torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0], [float("inf"), 0.5, float("nan")],
+                        [-7.0, 8.0, 9.0]])
+    src = src[:, 0] if not feat else src
+    index = torch.tensor([2], dtype=index_dtype)
+    got = so.scatter(src, index, 0, dim_size=4, reduce=reduce)
+    expected = so.scatter(src, index.expand(src.size(0)).contiguous(), 0, dim_size=4, reduce=reduce)
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    ref = R.scatter(src.double(), index.long().expand(src.size(0)), 0, 4, reduce)[0].to(src.dtype)
+    torch.testing.assert_close(got, ref, equal_nan=True)
+
+
 def test_integer_mean_floors():
     """pytorch_scatter's scatter_mean divides integers with floor (segment_*'s mean truncates)."""
     src = torch.tensor([-3, -4, 5, 7])
