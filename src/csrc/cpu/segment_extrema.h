@@ -125,18 +125,13 @@ HWY_INLINE int64_t first_extreme_row(const T* x, int64_t n, int64_t readable, [[
   return r >= 0 && best_block + r < n ? best_block + r : 0;
 }
 
-// Min/max with arg of whole segments [s, s_end) of one feature: segment k's rows are the elements
-// [elem_base + p[k], elem_base + p[k + 1]). emit(k, row) receives each non-empty segment's arg row
-// (relative to p[k]); emit_empty(k) each empty one. NaN is only noted on the way (a comparison per two
-// vectors instead of a test and a branch per segment); if any was seen, the segments are all done again
-// with the NaN rule (emit overwrites).
 // One pass of arg_extrema_segments_f1 over its segments; returns the NaN lanes noted (kNoteNans). A function of
 // its own (inlined, both passes in one body, GCC's x86 code was 8-12% slower), taking the emit closures by value,
 // which capture copies (chunk_reduce.h): clang's NEON loop, as a lambda capturing by reference, read every
 // captured pointer back from memory per segment.
 template <bool kIsMax, bool kNoteNans, class Load, class Emit, class EmitEmpty>
 [[gnu::noinline]] RowMask segments_f1_pass(const Load& load, const int64_t* p, int64_t s, int64_t s_end,
-                                                       int64_t elem_base, Emit emit, EmitEmpty emit_empty) {
+                                           int64_t elem_base, Emit emit, EmitEmpty emit_empty) {
   const DRow d;
   RowMask nans = hn::FirstN(d, 0);
   const auto* const x = load.x;
