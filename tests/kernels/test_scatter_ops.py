@@ -380,8 +380,9 @@ def one_feature_inputs(n, size, dtype, index_dtype, kind, g):
 def test_one_feature_folds_each_target_in_row_order(reduce):
     """The F = 1 contract (docs/design.md, "scatter on the CPU"): serial_rows' bits for every dtype, int32 and int64
     indexes, shuffled and sorted, the op, plan= and public out= (also recording gradients), on 1 and 2 threads; calls
-    below the serial size, above it (2 threads: the partition by ranges), and with dim_size past 4x the rows (the
-    partition on 1 thread too where the states do not fit in the output). The one-pass result (1 thread) and the
+    below the serial size, above it (2 threads: the partition by ranges, for a sum where its output takes more than
+    8 MiB), and with dim_size past 4x the rows (the partition on 1 thread too where the states do not fit in the
+    output). The one-pass result (1 thread) and the
     partition's (2 threads) are the same bits, NaN payloads included."""
     g = torch.Generator().manual_seed(37)
     dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -390,7 +391,7 @@ def test_one_feature_folds_each_target_in_row_order(reduce):
     cases = [(3000, 300, d, i, k) for d in dtypes for i in (torch.int32, torch.int64) for k in ("uniform", "sorted")]
     cases += [(140_000, 20_000, torch.float32, torch.int64, "uniform"), (140_000, 20_000, torch.float16, torch.int32,
               "skewed"), (140_000, 20_000, torch.float32, torch.int32, "sorted"),
-              (5000, 30_000, torch.float32, torch.int64, "uniform"), (140_000, 600_000, torch.float64, torch.int64,
+              (5000, 30_000, torch.float32, torch.int64, "uniform"), (140_000, 1_100_000, torch.float64, torch.int64,
                                                                        "uniform")]
     threads_before = torch.get_num_threads()
     try:
@@ -430,14 +431,15 @@ def test_one_feature_folds_each_target_in_row_order(reduce):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_one_feature_bad_value_at_either_end_of_the_index(threads):
-    """A value outside [0, dim_size) as the first or the last row, in the one pass and in the partition (2
-    threads, 200k rows), for a state kept in the output (sum) and in arrays (mean, max): the error names it."""
+    """A value outside [0, dim_size) as the first or the last row, inside a prefetching block of the one pass
+    and in its plain tail (its last 144 rows or fewer), in the one pass and in the partition (2 threads, 200k
+    rows), for a state kept in the output (sum) and in arrays (mean, max): the error names it."""
     threads_before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for n, size in ((10, 4), (200_000, 1000)):
             src = torch.randn(n)
-            for where in (0, n - 1):
+            for where in sorted({w for w in (0, 37, n - 100, n - 1) if 0 <= w < n}):
                 for bad in (-1, size):
                     index = torch.randint(0, size, (n,))
                     index[where] = bad

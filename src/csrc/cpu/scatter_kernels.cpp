@@ -26,6 +26,7 @@
 
 #include "cpu/chunk_reduce.h"
 #include "cpu/row_order_states.h"
+#include "cpu/stream_prefetch.h"
 #include "csr_args.h"
 #include "index_args.h"
 #include "index_math.h"
@@ -46,7 +47,8 @@ constexpr int64_t kBucketRows = 1 << 15;        // rows a range holds on average
 constexpr int64_t kCarryBytes = 16;             // rows of at most this many bytes travel with the partition
 constexpr int64_t kSerialElems = 1 << 17;       // src elements below which a call opens no parallel region
 constexpr int64_t kStateBytes = 8 << 20;        // one feature: the most a one pass keeps in state arrays
-constexpr int64_t kCachedOutputBytes = 4 << 20;  // one feature: an output a one pass updates in cache
+constexpr int64_t kCachedOutputBytes = 8 << 20;  // one feature: an output a one pass updates in cache
+constexpr int64_t kHintedOutputBytes = 4 << 20;  // one feature: the output below which a narrow index is hinted
 const int64_t kZero = 0;                        // the one batch offset of a single indptr row
 
 // body(i0, i1) over [0, n) in pieces of `grain`, each taken by whichever thread is free (threads of a busy
@@ -487,13 +489,29 @@ void fold_in_row_order(const T* src, const I* x, int64_t N, int64_t S, T* out, i
                        std::atomic<bool>* bad) {
   states.start(S);
   const uint64_t size = static_cast<uint64_t>(S);
-  for (int64_t i = 0; i < N; ++i) {
+  auto fold = [&](int64_t i) {  // false (and *bad set): row i's target is outside [0, S)
     const uint64_t v = static_cast<uint64_t>(static_cast<int64_t>(x[i]));
     if (v >= size) {
       bad->store(true, std::memory_order_relaxed);
-      return;
+      return false;
     }
     states.step(v, src[i], i);
+    return true;
+  };
+  int64_t i = 0;
+  // Blocks of kBlock rows, each hinting the index and src kAhead rows on; the same steps in the same order.
+  // It pays for an int64 index, and for a narrower one while the output stays in cache (docs/design.md).
+  constexpr int64_t kBlock = 16, kAhead = 128;
+  const bool hint = sizeof(I) == 8 || S * static_cast<int64_t>(sizeof(T)) <= kHintedOutputBytes;
+  for (; hint && i + kBlock + kAhead <= N; i += kBlock) {
+    prefetch_rows<kBlock>(x + i + kAhead);
+    prefetch_rows<kBlock>(src + i + kAhead);
+    for (int64_t r = i; r < i + kBlock; ++r) {
+      if (!fold(r)) return;
+    }
+  }
+  for (; i < N; ++i) {
+    if (!fold(i)) return;
   }
   states.finish(S, Outputs<T>{out, arg, S, 0, N});
 }
