@@ -49,6 +49,13 @@ template <class Op, class Load>
 // the vector is +-inf, where x - max is NaN). Each feature's terms are added
 // in row order from 0: float inputs in vectors over features, and with one feature, the exps of a vector
 // of rows at a time added one by one (exp_nonpos_lanes: exp_approx's bits for x - max <= 0).
+// exp(x - m) of lanes where x <= m; kFiniteMax: no lane of m is +-inf, else x == m counts 1 (x - m is NaN there).
+template <bool kFiniteMax, class D, class V> HWY_INLINE V exp_term(D d, V x, V m) {
+  const V e = exp_nonpos_lanes(d, hn::Sub(x, m));
+  if constexpr (kFiniteMax) return e;
+  return hn::IfThenElse(hn::Eq(x, m), hn::Set(d, 1.f), e);
+}
+
 template <typename A, class State, class Ext, class Load>
 [[gnu::noinline]] void exp_pass(State* st, const Ext* ext, const Load& load, int64_t elem0, int64_t F, int64_t fn,
                                 int64_t count) {
@@ -57,15 +64,13 @@ template <typename A, class State, class Ext, class Load>
     if (fn == 1 && F == 1) {
       const hn::ScalableTag<float> d;
       const float m = ext[0].v;
-      const auto mv = hn::Set(d, m), one = hn::Set(d, 1.f);
+      const auto mv = hn::Set(d, m);
       float sum = 0.f;
       int64_t r = 0;
       HWY_ALIGN float terms[kF32Lanes];
       auto rows = [&](auto finite) {
         for (; r + kF32Lanes <= count; r += kF32Lanes) {
-          const auto x = load_acc(d, load, elem0 + r);
-          const auto e = exp_nonpos_lanes(d, hn::Sub(x, mv));
-          hn::Store(decltype(finite)::value ? e : hn::IfThenElse(hn::Eq(x, mv), one, e), d, terms);
+          hn::Store(exp_term<decltype(finite)::value>(d, load_acc(d, load, elem0 + r), mv), d, terms);
           for (int l = 0; l < kF32Lanes; ++l) sum += terms[l];
         }
       };
@@ -92,16 +97,13 @@ template <typename A, class State, class Ext, class Load>
       HWY_ALIGN float buf[B];
       for (int f = 0; f < B; ++f) buf[f] = ext[f0 + f].v;
       for (int v = 0; v < NV; ++v) m[v] = hn::Load(d, buf + v * kBL), sum[v] = hn::Zero(d);
-      const auto one = hn::Set(d, 1.f);
       bool finite_max = true;
       for (int v = 0; v < NV; ++v) finite_max = finite_max && hn::AllFalse(d, hn::IsInf(m[v]));
       auto rows = [&](auto finite) {
         for (int64_t r = 0; r < count; ++r) {
           const int64_t e = elem0 + r * F + f0;
           for (int v = 0; v < NV; ++v) {
-            const auto x = load_acc(d, load, e + v * kBL);
-            const auto t = exp_nonpos_lanes(d, hn::Sub(x, m[v]));
-            sum[v] = hn::Add(sum[v], decltype(finite)::value ? t : hn::IfThenElse(hn::Eq(x, m[v]), one, t));
+            sum[v] = hn::Add(sum[v], exp_term<decltype(finite)::value>(d, load_acc(d, load, e + v * kBL), m[v]));
           }
         }
       };

@@ -65,7 +65,6 @@ HWY_INLINE float block_extreme(const T* x, int64_t n, int64_t readable, hn::Vec<
 // The first row of the block's vectors whose mask is set, or -1. On NEON the least row number of the set
 // lanes (selects, mins, one umin across lanes) costs less than the masks' bits.
 HWY_INLINE int64_t first_row(const RowMask* m) {
-  const DRow d;
 #if SEGOPS_A64_NEON
   const hn::RebindToUnsigned<DRow> du;
   const auto none = hn::Set(du, 32u);
@@ -74,9 +73,9 @@ HWY_INLINE int64_t first_row(const RowMask* m) {
     row = hn::Min(row, hn::IfThenElse(hn::RebindMask(du, m[j]), hn::Iota(du, j * kRowL), none));
   }
   const uint32_t r = hn::GetLane(hn::MinOfLanes(du, row));
-  (void)d;
   return r < 32 ? static_cast<int64_t>(r) : -1;
 #else
+  const DRow d;
   uint32_t bits = 0;
   for (int j = 0; j < kRowV; ++j) bits |= static_cast<uint32_t>(mask_bits(d, m[j])) << (j * kRowL);
   return bits != 0 ? lowest_bit(bits) : -1;
