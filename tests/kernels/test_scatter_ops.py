@@ -382,8 +382,8 @@ def test_one_feature_folds_each_target_in_row_order(reduce):
     indexes, shuffled and sorted, the op, plan= and public out= (also recording gradients), on 1 and 2 threads; calls
     below the serial size, above it (2 threads: the partition by ranges, for a sum where its output takes more than
     8 MiB), and with dim_size past 4x the rows (the partition on 1 thread too where the states do not fit in the
-    output). The one-pass result (1 thread) and the
-    partition's (2 threads) are the same bits, NaN payloads included."""
+    output). The one-pass result (1 thread) and the partition's (2 threads) are the same bits, NaN payloads
+    included."""
     g = torch.Generator().manual_seed(37)
     dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
     if reduce != "mean":

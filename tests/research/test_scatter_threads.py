@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import torch
 
@@ -29,3 +30,15 @@ def test_the_rule_follows_the_kernels():
     assert B.two_thread_path(10**6, "sum", 2 * 2**20, torch.float32) == "one pass"  # exactly 8 MiB
     assert B.two_thread_path(10**6, "sum", 2 * 2**20 + 1, torch.float32) == "partition"
     assert B.two_thread_path(10**6, "mean", 1000, torch.float32) == "partition"
+
+
+def test_the_rule_s_constants_are_the_kernels():
+    """The benchmark restates two constants of cpu/scatter_kernels.cpp: they must not drift apart."""
+    src = (Path(__file__).resolve().parents[2] / "src" / "csrc" / "cpu" / "scatter_kernels.cpp").read_text()
+
+    def value(name):  # "a << b"
+        a, b = re.search(rf"constexpr int64_t {name} = (\d+) << (\d+);", src).groups()
+        return int(a) << int(b)
+
+    assert value("kCachedOutputBytes") == B.ONE_PASS_OUTPUT_BYTES
+    assert value("kSerialElems") == B.SERIAL_ELEMS

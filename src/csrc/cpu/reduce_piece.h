@@ -44,11 +44,6 @@ template <class Op, class Load>
   reduce_piece_general<Op>(st, load, elem0, F, fn, pos0, count);
 }
 
-// logsumexp's second pass: st[f] = {max, sum of exp(x - max)} over rows [0, count >= 1), given the max per
-// feature (ext); x == max counts 1 exactly (exp(0) is 1: the vector loops test x == max only where a max in
-// the vector is +-inf, where x - max is NaN). Each feature's terms are added
-// in row order from 0: float inputs in vectors over features, and with one feature, the exps of a vector
-// of rows at a time added one by one (exp_nonpos_lanes: exp_approx's bits for x - max <= 0).
 // exp(x - m) of lanes where x <= m; kFiniteMax: no lane of m is +-inf, else x == m counts 1 (x - m is NaN there).
 template <bool kFiniteMax, class D, class V> HWY_INLINE V exp_term(D d, V x, V m) {
   const V e = exp_nonpos_lanes(d, hn::Sub(x, m));
@@ -56,6 +51,11 @@ template <bool kFiniteMax, class D, class V> HWY_INLINE V exp_term(D d, V x, V m
   return hn::IfThenElse(hn::Eq(x, m), hn::Set(d, 1.f), e);
 }
 
+// logsumexp's second pass: st[f] = {max, sum of exp(x - max)} over rows [0, count >= 1), given the max per
+// feature (ext); x == max counts 1 exactly (exp(0) is 1: the vector loops test x == max only where a max in
+// the vector is +-inf, where x - max is NaN). Each feature's terms are added
+// in row order from 0: float inputs in vectors over features, and with one feature, the exps of a vector
+// of rows at a time added one by one (exp_nonpos_lanes: exp_approx's bits for x - max <= 0).
 template <typename A, class State, class Ext, class Load>
 [[gnu::noinline]] void exp_pass(State* st, const Ext* ext, const Load& load, int64_t elem0, int64_t F, int64_t fn,
                                 int64_t count) {
