@@ -4,6 +4,7 @@
     python benchmarks/simd_objects.py --cand new= --cand old=OLD/_C.so # two builds, each on its default target
     python benchmarks/simd_objects.py --cand avx3=:avx3 --cand sse4=:sse4 --cand old=OLD/_C.so:avx2 --ref old
     python benchmarks/simd_objects.py --shape 20Mx1 --ops sum,max --rounds 9 --markdown out.md
+    python benchmarks/simd_objects.py --shape 20Mx1s4 --shape 20Mx1s10 --ops sum,max,min   # short segments
 
 A candidate is NAME=[LIBRARY][:TARGET] (an empty library: the installed one; no target: its default). Each
 runs in a worker process of its own (TORCH_SEGOPS_LIBRARY and TORCH_SEGOPS_CPU_ISA are read once per
@@ -33,8 +34,11 @@ import time
 if __package__ in (None, ""):  # run as a script: the benchmarks package from the repository root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# label -> (rows, features (0: a 1-D src), segments)
+# label -> (rows, features (0: a 1-D src), segments): random cut points (common.random_indptr)
 SHAPES = {"2Mx64": (2_000_000, 64, 100_000), "4Mx16": (4_000_000, 16, 200_000), "20Mx1": (20_000_000, 0, 1_000_000)}
+# only on request (--shape): every segment the same length (k-nearest-neighbour graphs), 4 and 10 rows
+FIXED_SHAPES = {"20Mx1s4": (20_000_000, 0, 5_000_000), "20Mx1s10": (20_000_000, 0, 2_000_000)}
+ALL_SHAPES = {**SHAPES, **FIXED_SHAPES}
 OPS = ["sum", "mean", "max", "min", "logsumexp", "softmax", "gather"]
 EXTRA = ["gather new", "repeat_interleave", "index_select"]  # gather with a new output, and torch's equivalents
 
@@ -56,8 +60,10 @@ def worker() -> None:
         msg = json.loads(line)
         if msg["cmd"] == "shape":
             fns.clear()
-            rows, feat, n_seg = SHAPES[msg["shape"]]
+            rows, feat, n_seg = ALL_SHAPES[msg["shape"]]
             src, ip = C.make_input(rows, feat, n_seg, torch.float32)
+            if msg["shape"] in FIXED_SHAPES:
+                ip = torch.arange(0, rows + 1, rows // n_seg)
             shape = (n_seg, feat) if feat else (n_seg,)
             out_v, out_a = torch.empty(shape), torch.empty(shape, dtype=torch.int64)
             g = torch.randn(shape, generator=torch.Generator().manual_seed(1))
@@ -149,7 +155,8 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cand", action="append", default=[], help="NAME=[LIBRARY][:TARGET] (repeat)")
     ap.add_argument("--ref", help="the reference candidate of the ratios (default: the first)")
-    ap.add_argument("--shape", action="append", choices=list(SHAPES), help="default: all")
+    ap.add_argument("--shape", action="append", choices=list(ALL_SHAPES),
+                    help=f"default: {', '.join(SHAPES)}; also {', '.join(FIXED_SHAPES)} (segments of 4 and 10 rows)")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {','.join(OPS)}")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeats", type=int, default=3)
@@ -193,8 +200,9 @@ def main(argv=None) -> int:
                 rs = [x / y for x, y in zip(per_round[a][op_a], per_round[b][op_b])]
                 return f"{min(rs):.2f}-{max(rs):.2f}"
 
-            rows, feat, n_seg = SHAPES[shape]
-            out = [f"\n### {shape} ({rows} rows x {max(feat, 1)} features, {n_seg} segments, fp32), load {os.getloadavg()[0]:.1f}",
+            rows, feat, n_seg = ALL_SHAPES[shape]
+            kind = f"{rows // n_seg} rows each" if shape in FIXED_SHAPES else "random lengths"
+            out = [f"\n### {shape} ({rows} rows x {max(feat, 1)} features, {n_seg} segments of {kind}, fp32), load {os.getloadavg()[0]:.1f}",
                    "", "| op | " + " | ".join(f"{n} ms" for n in names) + " | " +
                    " | ".join(f"{n}/{ref} [range]" for n in names if n != ref) + " |",
                    "|---" * (1 + len(names) + len(names) - 1) + "|"]

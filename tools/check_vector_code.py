@@ -48,7 +48,8 @@ HOT = [
     Kernel("min/max with arg, one float feature (arg_extrema_segments_f1, segments_f1_pass, first_extreme_row)",
            rf"reduce_chunks<torch_segops::ArgExtremumOp<float, (?:true|false)>, float, {_ROWS}"
            rf"|arg_extrema_segments_f1<(?:true|false), {_LOAD}"
-           rf"|segments_f1_pass<(?:true|false), (?:true|false), {_NS}ArrayLoad<float>, |first_extreme_row<(?:true|false), (?:true|false), float>"),
+           rf"|segments_f1_pass<\d+, (?:true|false), (?:true|false), {_NS}ArrayLoad<float>, "
+           rf"|first_extreme_row<\d+, (?:true|false), (?:true|false), float>"),
     Kernel("max of logsumexp and softmax, float features (extremum_piece)",
            rf"extremum_piece\w*<{_NS}ExtremeValueOp<float, true>, {_LOAD}"),
     Kernel("exp of logsumexp and softmax (exp_pass, exp_nonpos_lanes)",

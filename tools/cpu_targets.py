@@ -10,7 +10,8 @@ once per process) over the same corpus, drawn from a fixed seed: every CPU kerne
 min/max with arg, logsumexp, softmax and its backward, gather; out= into a fresh tensor and through
 autograd) on float32, float64, float16, bfloat16, int32 and int64 inputs, with int32 and int64 indptr,
 feature counts 1, 2, 3, 8, 16, 17, 37, 64 and 100, random segment lengths (empty ones, lengths beyond
-the 32-row windows and beyond a chunk), and values holding +inf, -inf, NaN, -0.0, huge and tiny
+the 32-row windows and beyond a chunk; at one feature also calls whose segments all fit in 8 or 16 rows),
+and values holding +inf, -inf, NaN, -0.0, huge and tiny
 (subnormal) numbers, and a NaN-free copy of each (the vector paths that only note NaNs run through).
 Results are compared as bits, -0.0 against 0.0 included, except that a NaN equals any NaN: which NaN
 payload and sign an operation with two NaN operands keeps follows the order in which the compiler
@@ -124,6 +125,13 @@ def corpus(seed: int = 0, quick: bool = False) -> dict:
                         xm = x.clone().requires_grad_(True)
                         (gm,) = torch.autograd.grad(so.segment_csr(xm, ip, reduce="mean").sum(), xm)
                         out[f"{key}/mean.backward"] = gm
+                if f == 1:  # every segment short: the one-feature min/max with arg read blocks of 8 or 16 rows
+                    for longest in (8, 16):
+                        ends = torch.randint(0, longest + 1, (rows // longest,), generator=gen).cumsum(0)
+                        ip = torch.cat([torch.zeros(1, dtype=torch.int64), ends]).to(idt)
+                        for name in ("min", "max"):
+                            v, a = getattr(so, f"segment_{name}_csr")(x[: int(ends[-1])], ip)
+                            out[f"{key}/short{longest}/{name}.values"], out[f"{key}/short{longest}/{name}.arg"] = v, a
     return out
 
 

@@ -281,20 +281,26 @@ def test_min_max_whole_row_blocks_constant_and_last_row(reduce, features):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("reduce", ["min", "max"])
 @pytest.mark.parametrize("nan", ["none", "one row"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_min_max_one_feature_batches_match_reference(reduce, dtype, nan, seed):
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("longest", [1, 8, 9, 16, 17, 69])
+def test_min_max_one_feature_batches_match_reference(reduce, dtype, nan, seed, longest):
     # One feature: batches of 8 segments (empty ones, ones longer than 32 rows, a last batch cut short,
     # the array's last rows read through a padded copy); without NaN, or with one NaN (its batch is redone
-    # segment by segment).
+    # segment by segment). The kernel reads blocks of 8 or 16 rows where a chunk's longest segment fits, else
+    # 32: segments of at most `longest` rows, every one that long for seed 3 (a k-nearest-neighbour graph's);
+    # an int32 indptr for seed 1.
     gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(0, 70, (203,), generator=gen)
-    lengths[::17] = 0
+    if seed == 3:
+        lengths = torch.full((203,), longest)
+    else:
+        lengths = torch.randint(0, longest + 1, (203,), generator=gen)
+        lengths[::17] = 0
     specials = torch.tensor([v for v in SPECIAL if v == v], dtype=dtype)
     src = specials[torch.randint(len(specials), (int(lengths.sum()),), generator=gen)]
     if nan != "none":
         src[int(torch.randint(src.numel(), (1,), generator=gen))] = float("nan")
     indptr = R.indptr_from_lengths(lengths)
-    _assert_extremum_is_the_reference(reduce, src, indptr)
+    _assert_extremum_is_the_reference(reduce, src, indptr.int() if seed == 1 else indptr)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
