@@ -286,9 +286,9 @@ def test_min_max_whole_row_blocks_constant_and_last_row(reduce, features):
 def test_min_max_one_feature_batches_match_reference(reduce, dtype, nan, seed, longest):
     # One feature: batches of 8 segments (empty ones, ones longer than 32 rows, a last batch cut short,
     # the array's last rows read through a padded copy); without NaN, or with one NaN (its batch is redone
-    # segment by segment). The kernel reads blocks of 8 or 16 rows where a chunk's longest segment fits, else
-    # 32: segments of at most `longest` rows, every one that long for seed 3 (a k-nearest-neighbour graph's);
-    # an int32 indptr for seed 1.
+    # segment by segment). The kernel reads float in blocks of 8 or 16 rows where a chunk's longest segment
+    # fits, else 32: segments of at most `longest` rows, every one that long for seed 3 (a k-nearest-neighbour
+    # graph's); an int32 indptr for seed 1.
     gen = torch.Generator().manual_seed(seed)
     if seed == 3:
         lengths = torch.full((203,), longest)

@@ -5,7 +5,7 @@
 // A segment's rows are read kRows at a time into float vectors (rows past its end replaced by -inf for max,
 // +inf for min, so they never win); kRows is 32 (the target's full vectors: two on AVX-512, four on AVX2,
 // eight on SSE2/NEON), or 16 or 8 (vectors of at most 8 lanes) where every segment of the chunk is that
-// short: one pass over the chunk's offsets, stopped by the first segment past 16 rows, picks it
+// short (float src): one pass over the chunk's offsets, stopped by the first segment past 16 rows, picks it
 // (benchmarks/results/2026-11-29-short-segments-f1.md).
 // The block's extreme is a horizontal max/min, and the first row holding it is the lowest set bit of the
 // vectors' equality masks (on NEON the least row number of the set lanes). No branch depends on a
@@ -165,7 +165,7 @@ template <int kRows, bool kIsMax, bool kNoteNans, class Load, class Emit, class 
 // (relative to p[k]); emit_empty(k) each empty one. NaN is only noted on the way (a comparison per two
 // vectors, or per block where the extremes keep NaN, instead of a test and a branch per segment); if any
 // was seen, the segments are all done again with the NaN rule (emit overwrites). Blocks of 8 or 16 rows
-// where the longest segment of [s, s_end) fits, else 32.
+// where the longest segment of [s, s_end) fits (float), else 32.
 template <bool kIsMax, class Load, class Emit, class EmitEmpty>
 inline void arg_extrema_segments_f1(const Load& load, const int64_t* p, int64_t s, int64_t s_end, int64_t elem_base,
                                     const Emit& emit, const EmitEmpty& emit_empty) {
@@ -176,18 +176,18 @@ inline void arg_extrema_segments_f1(const Load& load, const int64_t* p, int64_t 
       segments_f1_pass<kRows, kIsMax, false>(load, p, s, s_end, elem_base, emit, emit_empty);
     }
   };
-  int64_t longest = 0;  // by runs of 64 segments (a vector loop), up to the first run with one past 16 rows
-  for (int64_t k = s; k < s_end && longest <= 16; k += 64) {
-    const int64_t e = std::min(s_end, k + 64);
-    for (int64_t j = k; j < e; ++j) longest = std::max(longest, p[j + 1] - p[j]);
+  // float only: bfloat16 and float16 keep 32-row blocks (their 8- and 16-row passes were 2/3 of the 250 KB of
+  // code the short blocks added to the library, and took the cuda package past its 5 MiB bound)
+  if constexpr (std::is_same_v<typename is_array_load<Load>::type, float>) {
+    int64_t longest = 0;  // by runs of 64 segments (a vector loop), up to the first run with one past 16 rows
+    for (int64_t k = s; k < s_end && longest <= 16; k += 64) {
+      const int64_t e = std::min(s_end, k + 64);
+      for (int64_t j = k; j < e; ++j) longest = std::max(longest, p[j + 1] - p[j]);
+    }
+    if (longest <= 8) return run(std::integral_constant<int, 8>{});
+    if (longest <= 16) return run(std::integral_constant<int, 16>{});
   }
-  if (longest <= 8) {
-    run(std::integral_constant<int, 8>{});
-  } else if (longest <= 16) {
-    run(std::integral_constant<int, 16>{});
-  } else {
-    run(std::integral_constant<int, 32>{});
-  }
+  run(std::integral_constant<int, 32>{});
 }
 
 SEGOPS_ISA_NAMESPACE_END
