@@ -43,11 +43,18 @@ def skewed_indptr(rows: int, n_seg: int) -> torch.Tensor:
 
 def make_input(rows: int, feat: int, n_seg: int, dtype: torch.dtype, segmentation: str = "random",
                device: str = "cpu", seed: int = 0):
-    """(src [rows, feat] or [rows] when feat == 0, indptr [n_seg + 1]) on `device`."""
+    """(src [rows, feat] or [rows] when feat == 0, indptr [n_seg + 1]) on `device`. segmentation: "random"
+    (random_indptr), "equal" (every segment rows // n_seg rows; n_seg divides rows) or "skewed" (skewed_indptr)."""
     gen = torch.Generator().manual_seed(seed)
     shape = (rows, feat) if feat else (rows,)
     src = torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
-    indptr = random_indptr(rows, n_seg, gen) if segmentation == "random" else skewed_indptr(rows, n_seg)
+    if segmentation == "random":
+        indptr = random_indptr(rows, n_seg, gen)
+    elif segmentation == "equal":
+        assert rows % n_seg == 0, f"{n_seg} equal segments of {rows} rows"
+        indptr = torch.arange(0, rows + 1, rows // n_seg)
+    else:
+        indptr = skewed_indptr(rows, n_seg)
     return src.to(device), indptr.to(device)
 
 

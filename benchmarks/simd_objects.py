@@ -61,9 +61,8 @@ def worker() -> None:
         if msg["cmd"] == "shape":
             fns.clear()
             rows, feat, n_seg = ALL_SHAPES[msg["shape"]]
-            src, ip = C.make_input(rows, feat, n_seg, torch.float32)
-            if msg["shape"] in FIXED_SHAPES:
-                ip = torch.arange(0, rows + 1, rows // n_seg)
+            segmentation = "equal" if msg["shape"] in FIXED_SHAPES else "random"
+            src, ip = C.make_input(rows, feat, n_seg, torch.float32, segmentation)
             shape = (n_seg, feat) if feat else (n_seg,)
             out_v, out_a = torch.empty(shape), torch.empty(shape, dtype=torch.int64)
             g = torch.randn(shape, generator=torch.Generator().manual_seed(1))

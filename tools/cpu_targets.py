@@ -11,8 +11,8 @@ min/max with arg, logsumexp, softmax and its backward, gather; out= into a fresh
 autograd) on float32, float64, float16, bfloat16, int32 and int64 inputs, with int32 and int64 indptr,
 feature counts 1, 2, 3, 8, 16, 17, 37, 64 and 100, random segment lengths (empty ones, lengths beyond
 the 32-row windows and beyond a chunk; at one feature also calls whose segments all fit in 8 or 16 rows),
-and values holding +inf, -inf, NaN, -0.0, huge and tiny
-(subnormal) numbers, and a NaN-free copy of each (the vector paths that only note NaNs run through).
+and values holding +inf, -inf, NaN, -0.0, huge and tiny (subnormal) numbers, and a NaN-free copy of each
+(the vector paths that only note NaNs run through).
 Results are compared as bits, -0.0 against 0.0 included, except that a NaN equals any NaN: which NaN
 payload and sign an operation with two NaN operands keeps follows the order in which the compiler
 places the operands of a commutative instruction (x86 keeps the first one's), not the source code; the
