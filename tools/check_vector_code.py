@@ -17,9 +17,9 @@ vectors kept on the stack) fails; Highway's NEON code passes.
 
 The counts are static (instructions in the code, not executed): run it on an optimised build (-O2/-O3),
 where the kernels' helpers are inlined as they ship. Softmax's rows (kernels.cpp's softmax_rows) are not
-counted: each of its scalar tails (fewer than 4 elements) inlines a whole scalar exp, which outweighs its
-vector loop in a static count (GCC 12: 180 vector, 251 scalar); their vector exp is exp_nonpos_lanes, which
-the exp pass's count covers.
+counted: each of its scalar tails (fewer than 4 elements) inlines a whole scalar exp, which outweighed its
+vector loop in a static count (GCC 12, before its groups of 4 vectors: 180 vector, 251 scalar); their vector exp
+is exp_nonpos_lanes, which the exp pass's count covers.
 """
 
 from __future__ import annotations

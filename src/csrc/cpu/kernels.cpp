@@ -145,16 +145,34 @@ void gather_rows(T* o, const T* x, const int64_t* p, int64_t lo, int64_t hi, int
   }
 }
 
+// Softmax of N vectors of float x into o: exp(x - m) / sum, NaN in the lanes whose m is +inf (kInfLanes).
+template <bool kInfLanes, int N, class D, class V = hn::Vec<D>>
+HWY_INLINE void softmax_vectors(D d, const float* x, const V (&m)[N], const V (&sum)[N], float* o) {
+  V t[N];
+  for (int i = 0; i < N; ++i) t[i] = hn::Sub(hn::LoadU(d, x + i * kF32Lanes), m[i]);
+  exp_nonpos_lanes(d, t);
+  for (int i = 0; i < N; ++i) {
+    t[i] = hn::Div(t[i], sum[i]);
+    if constexpr (kInfLanes) {
+      t[i] = hn::IfThenElse(hn::Eq(m[i], hn::Set(d, std::numeric_limits<float>::infinity())),
+                            hn::Set(d, std::numeric_limits<float>::quiet_NaN()), t[i]);
+    }
+    hn::StoreU(t[i], d, o + i * kF32Lanes);
+  }
+}
+
 // Softmax rows [lo, hi) of batch b of float x into o (the batch's output): exp(x - max) / sum per element,
-// NaN where the segment's max is +inf, in float vectors (exp_nonpos_lanes: exp_approx's bits).
+// NaN where the segment's max is +inf, in float vectors (exp_nonpos_lanes: exp_approx's bits), kGroup at a
+// time where there are that many.
 template <class State>
 void softmax_rows(float* o, const float* x, const State* st, const int64_t* p, int64_t lo, int64_t hi, int64_t b,
                   int64_t R, int64_t S, int64_t F) {
   static_assert(sizeof(State) == 2 * sizeof(float), "{max, sum} pairs");
+  constexpr int kGroup = 4;
   constexpr float kInf = std::numeric_limits<float>::infinity(), kNaN = std::numeric_limits<float>::quiet_NaN();
-  const hn::ScalableTag<float> d;
-  const auto inf = hn::Set(d, kInf);
-  const auto nan = hn::Set(d, kNaN);
+  using D = hn::ScalableTag<float>;
+  using V = hn::Vec<D>;
+  const D d;
   auto one = [&](float xv, const State& s) { return s.m == kInf ? kNaN : exp_approx(xv - s.m) / s.s; };
   int64_t s = std::upper_bound(p, p + S + 1, lo) - p - 1;
   for (int64_t r = lo; r < hi; ++s) {
@@ -163,26 +181,32 @@ void softmax_rows(float* o, const float* x, const State* st, const int64_t* p, i
     if (F == 1) {
       const float* xb = x + b * R;
       const State& sst = st[se];
-      const auto m = hn::Set(d, sst.m), sum = hn::Set(d, sst.s);
-      const bool is_inf = sst.m == kInf;
       int64_t i = r;
-      for (; i + kF32Lanes <= end; i += kF32Lanes) {
-        const auto v = hn::Div(exp_nonpos_lanes(d, hn::Sub(hn::LoadU(d, xb + i), m)), sum);
-        hn::StoreU(is_inf ? nan : v, d, o + i);
+      if (sst.m == kInf) {
+        std::fill(o + r, o + end, kNaN);
+        i = end;
       }
+      V m[kGroup], sum[kGroup];
+      for (int g = 0; g < kGroup; ++g) m[g] = hn::Set(d, sst.m), sum[g] = hn::Set(d, sst.s);
+      constexpr int64_t kGroupLanes = kGroup * kF32Lanes;
+      for (; i + kGroupLanes <= end; i += kGroupLanes) softmax_vectors<false>(d, xb + i, m, sum, o + i);
+      for (; i + kF32Lanes <= end; i += kF32Lanes) softmax_vectors<false, 1>(d, xb + i, {m[0]}, {sum[0]}, o + i);
       for (; i < end; ++i) o[i] = one(xb[i], sst);
     } else {
+      const float* sf = reinterpret_cast<const float*>(st + se);
+      auto group = [&](auto n, const float* xr, float* orow, int64_t& f) {  // N vectors from feature f on
+        constexpr int N = decltype(n)::value;
+        V m[N], sum[N];
+        for (int i = 0; i < N; ++i) hn::LoadInterleaved2(d, sf + 2 * (f + i * kF32Lanes), m[i], sum[i]);
+        softmax_vectors<true>(d, xr + f, m, sum, orow + f);
+        f += N * kF32Lanes;
+      };
       for (; r < end; ++r) {
         const float* xr = x + (b * R + r) * F;
         float* orow = o + r * F;
-        const float* sf = reinterpret_cast<const float*>(st + se);
         int64_t f = 0;
-        for (; f + kF32Lanes <= F; f += kF32Lanes) {
-          hn::Vec<decltype(d)> m, sum;
-          hn::LoadInterleaved2(d, sf + 2 * f, m, sum);
-          const auto v = hn::Div(exp_nonpos_lanes(d, hn::Sub(hn::LoadU(d, xr + f), m)), sum);
-          hn::StoreU(hn::IfThenElse(hn::Eq(m, inf), nan, v), d, orow + f);
-        }
+        while (f + kGroup * kF32Lanes <= F) group(std::integral_constant<int, kGroup>{}, xr, orow, f);
+        while (f + kF32Lanes <= F) group(std::integral_constant<int, 1>{}, xr, orow, f);
         for (; f < F; ++f) orow[f] = one(xr[f], st[se + f]);
       }
     }

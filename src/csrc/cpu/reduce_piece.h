@@ -44,11 +44,19 @@ template <class Op, class Load>
   reduce_piece_general<Op>(st, load, elem0, F, fn, pos0, count);
 }
 
-// exp(x - m) of lanes where x <= m; kFiniteMax: no lane of m is +-inf, else x == m counts 1 (x - m is NaN there).
-template <bool kFiniteMax, class D, class V> HWY_INLINE V exp_term(D d, V x, V m) {
-  const V e = exp_nonpos_lanes(d, hn::Sub(x, m));
-  if constexpr (kFiniteMax) return e;
-  return hn::IfThenElse(hn::Eq(x, m), hn::Set(d, 1.f), e);
+// exp(x - m) of lanes where x <= m, N vectors in place; kFiniteMax: no lane of m is +-inf, else x == m counts 1
+// (x - m is NaN there).
+template <bool kFiniteMax, int N, class D, class V> HWY_INLINE void exp_terms(D d, V (&x)[N], const V (&m)[N]) {
+  V e[N];
+  for (int i = 0; i < N; ++i) e[i] = hn::Sub(x[i], m[i]);
+  exp_nonpos_lanes(d, e);
+  for (int i = 0; i < N; ++i) {
+    if constexpr (kFiniteMax) {
+      x[i] = e[i];
+    } else {
+      x[i] = hn::IfThenElse(hn::Eq(x[i], m[i]), hn::Set(d, 1.f), e[i]);
+    }
+  }
 }
 
 // logsumexp's second pass: st[f] = {max, sum of exp(x - max)} over rows [0, count >= 1), given the max per
@@ -64,13 +72,15 @@ template <typename A, class State, class Ext, class Load>
     if (fn == 1 && F == 1) {
       const hn::ScalableTag<float> d;
       const float m = ext[0].v;
-      const auto mv = hn::Set(d, m);
+      const hn::Vec<decltype(d)> mv[1] = {hn::Set(d, m)};
       float sum = 0.f;
       int64_t r = 0;
       HWY_ALIGN float terms[kF32Lanes];
       auto rows = [&](auto finite) {
         for (; r + kF32Lanes <= count; r += kF32Lanes) {
-          hn::Store(exp_term<decltype(finite)::value>(d, load_acc(d, load, elem0 + r), mv), d, terms);
+          hn::Vec<decltype(d)> t[1] = {load_acc(d, load, elem0 + r)};
+          exp_terms<decltype(finite)::value>(d, t, mv);
+          hn::Store(t[0], d, terms);
           for (int l = 0; l < kF32Lanes; ++l) sum += terms[l];
         }
       };
@@ -102,9 +112,10 @@ template <typename A, class State, class Ext, class Load>
       auto rows = [&](auto finite) {
         for (int64_t r = 0; r < count; ++r) {
           const int64_t e = elem0 + r * F + f0;
-          for (int v = 0; v < NV; ++v) {
-            sum[v] = hn::Add(sum[v], exp_term<decltype(finite)::value>(d, load_acc(d, load, e + v * kBL), m[v]));
-          }
+          hn::Vec<D> t[NV];
+          for (int v = 0; v < NV; ++v) t[v] = load_acc(d, load, e + v * kBL);
+          exp_terms<decltype(finite)::value>(d, t, m);
+          for (int v = 0; v < NV; ++v) sum[v] = hn::Add(sum[v], t[v]);
         }
       };
       if (finite_max) {
